@@ -1,0 +1,132 @@
+"""ForwardBatch: the one explicit object that describes a step's flat varlen token batch.
+
+The model runner builds it on the host (no device sync) from the scheduled sequences; the
+model and every op read their metadata from it. Sequences are ordered decodes first: the first
+``num_decodes`` sequences each contribute exactly one new token and have prior state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SeqSpec:
+    """One sequence's part of a step, as the runner sees it (host side)."""
+
+    token_ids: Sequence[int]
+    """The new tokens computed this step."""
+    num_computed: int
+    """Tokens of this sequence already in the KV cache / GDN state before this step."""
+    block_ids: Sequence[int]
+    """Block table: KV block ids covering at least ``num_computed + len(token_ids)`` tokens."""
+    state_slot: int
+    """GDN state slot (>= 1; 0 is the reserved padding slot)."""
+    sample: bool = True
+    """Whether the logits of the last new token are wanted."""
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    input_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64, absolute position of each token in its sequence
+    query_start_loc: torch.Tensor  # [B+1] int32, token offsets of each sequence in the flat batch
+    seq_lens: torch.Tensor  # [B] int32, cached tokens after this step (num_computed + new)
+    num_computed: torch.Tensor  # [B] int32, cached tokens before this step
+    block_table: torch.Tensor  # [B, max_blocks] int32, 0 = null block
+    slot_mapping: torch.Tensor  # [T] int64, flat KV position (block * block_size + offset) each token writes
+    state_slot: torch.Tensor  # [B] int32, GDN state slot per sequence (0 = padding)
+    has_initial_state: torch.Tensor  # [B] bool, sequence has conv/recurrent state from earlier steps
+    logits_indices: torch.Tensor  # [S] int64, flat token indices whose logits are returned
+    num_decodes: int  # the first num_decodes sequences are single-token decodes with state
+    max_query_len: int
+    max_seq_len: int
+    query_start_loc_cpu: tuple[int, ...]
+    seq_lens_cpu: tuple[int, ...]
+    num_computed_cpu: tuple[int, ...]
+    block_size: int
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_cpu)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.query_start_loc_cpu[-1]
+
+    @property
+    def is_decode_only(self) -> bool:
+        return self.num_decodes == self.num_seqs
+
+    @staticmethod
+    def build(seqs: Sequence[SeqSpec], block_size: int, device: torch.device | str) -> ForwardBatch:
+        """Build the flat batch on the host, then copy each tensor to ``device`` once.
+
+        Decodes (one new token, ``num_computed > 0``) must come first; this is checked.
+        """
+        if not seqs:
+            raise ValueError("ForwardBatch needs at least one sequence")
+        ids: list[int] = []
+        pos: list[int] = []
+        slots: list[int] = []
+        qsl = [0]
+        seq_lens: list[int] = []
+        computed: list[int] = []
+        logits_idx: list[int] = []
+        num_decodes = 0
+        seen_prefill = False
+        max_blocks = max(len(s.block_ids) for s in seqs)
+        table = []
+        for s in seqs:
+            n = len(s.token_ids)
+            if n == 0:
+                raise ValueError("a scheduled sequence has no new tokens")
+            if s.state_slot < 1:
+                raise ValueError(f"state slot {s.state_slot} is reserved")
+            total = s.num_computed + n
+            if len(s.block_ids) * block_size < total:
+                raise ValueError(f"block table covers {len(s.block_ids) * block_size} tokens, need {total}")
+            is_decode = n == 1 and s.num_computed > 0
+            if is_decode and not seen_prefill:
+                num_decodes += 1
+            elif is_decode:
+                raise ValueError("decodes must come before prefills in a ForwardBatch")
+            else:
+                seen_prefill = True
+            ids.extend(s.token_ids)
+            p0 = s.num_computed
+            pos.extend(range(p0, total))
+            for p in range(p0, total):
+                slots.append(s.block_ids[p // block_size] * block_size + p % block_size)
+            qsl.append(qsl[-1] + n)
+            if s.sample:
+                logits_idx.append(qsl[-1] - 1)
+            seq_lens.append(total)
+            computed.append(s.num_computed)
+            table.append(list(s.block_ids) + [0] * (max_blocks - len(s.block_ids)))
+
+        def t(x: list, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(x, dtype=dtype).to(device, non_blocking=True)
+
+        return ForwardBatch(
+            input_ids=t(ids, torch.int64),
+            positions=t(pos, torch.int64),
+            query_start_loc=t(qsl, torch.int32),
+            seq_lens=t(seq_lens, torch.int32),
+            num_computed=t(computed, torch.int32),
+            block_table=t(table, torch.int32),
+            slot_mapping=t(slots, torch.int64),
+            state_slot=t([s.state_slot for s in seqs], torch.int32),
+            has_initial_state=t([s.num_computed > 0 for s in seqs], torch.bool),
+            logits_indices=t(logits_idx, torch.int64),
+            num_decodes=num_decodes,
+            max_query_len=max(len(s.token_ids) for s in seqs),
+            max_seq_len=max(seq_lens),
+            query_start_loc_cpu=tuple(qsl),
+            seq_lens_cpu=tuple(seq_lens),
+            num_computed_cpu=tuple(computed),
+            block_size=block_size,
+        )

@@ -1,0 +1,102 @@
+"""The single dispatch point between the model and its kernels.
+
+The model calls every op through an :class:`Ops` table it receives at construction; nothing is
+global. ``make_ops("torch")`` gives the float32-internal torch reference ops (CPU and CUDA);
+``make_ops("cuda")`` swaps in the CuPy RawKernel implementations op by op where they exist and
+keeps the reference for the rest.
+
+Shapes use: T flat tokens of a varlen batch, B sequences, C conv channels, K conv width,
+Nk/Nv key/value heads, dk/dv head dims, H/Hkv attention heads, D head dim, S state slots,
+NB KV blocks of ``bs`` tokens. Pools (conv state, recurrent state, KV) are updated in place.
+
+Reference signatures (every backend implements exactly these):
+
+rms_norm(x [N, D], weight [D], eps) -> [N, D]
+    Zero-centred RMSNorm: fp32 compute, scale (1 + w), cast to x.dtype after the multiply.
+gated_rms_norm(x [N, dv], z [N, dv], weight [dv], eps) -> [N, dv]
+    GDN output norm, HF semantics: y = x.float() * rsqrt(mean(x^2) + eps); y = weight * y.to(x.dtype);
+    y = y * silu(z.float()); return y.to(x.dtype). Plain weight, not (1 + w).
+causal_conv1d_prefill(x [T, C], weight [C, K], conv_state [S, C, K-1], query_start_loc [B+1],
+                      state_slot [B], has_initial_state [B], max_query_len) -> [T, C]
+    Per sequence: causal depthwise conv over its tokens with the K-1 previous inputs taken from
+    conv_state[slot] when has_initial_state else zeros, then SiLU; compute in weight dtype as HF;
+    writes the last K-1 *inputs* (history included when the sequence is shorter) to conv_state[slot].
+causal_conv1d_decode(x [B, C], weight [C, K], conv_state [S, C, K-1], state_slot [B]) -> [B, C]
+    One token per sequence: out = silu(sum_j w[:, j] * window[:, j]) with window = state ++ x;
+    shifts x into conv_state[slot].
+gdn_gating(a [T, Nv], b [T, Nv], A_log [Nv], dt_bias [Nv]) -> (g [T, Nv] fp32, beta [T, Nv] fp32)
+    g = -exp(A_log.float()) * softplus(a.float() + dt_bias.float()); beta = sigmoid(b) in b.dtype, then fp32.
+chunk_gated_delta_rule(q [T, Nk, dk], k [T, Nk, dk], v [T, Nv, dv], g [T, Nv], beta [T, Nv],
+                       ssm_state [S, Nv, dk, dv] fp32, query_start_loc [B+1], state_slot [B],
+                       has_initial_state [B], max_query_len) -> o [T, Nv, dv] in v.dtype
+    Value head j reads key head j // (Nv // Nk). q, k are L2-normalised in fp32 (eps 1e-6 added to the
+    sum of squares) and q is scaled by dk**-0.5 inside. Chunk size 64 from each sequence's first new
+    token, HF torch_chunk_gated_delta_rule math. Initial state from ssm_state[slot] when
+    has_initial_state else zeros; the final state is written back to ssm_state[slot].
+recurrent_gated_delta_rule(q [B, Nk, dk], k [B, Nk, dk], v [B, Nv, dv], g [B, Nv], beta [B, Nv],
+                           ssm_state [S, Nv, dk, dv], state_slot [B]) -> o [B, Nv, dv] in v.dtype
+    One token per sequence, HF torch_recurrent_gated_delta_rule math (decay, delta update, read after
+    write); state read from and written to ssm_state[slot] in place.
+apply_rope(q [T, H, D], k [T, Hkv, D], positions [T], rotary_dim, theta) -> (q, k)
+    Neox rotate-half over the first rotary_dim dims; cos/sin computed in fp32 then cast to q.dtype.
+write_kv(k [T, Hkv, D], v [T, Hkv, D], k_cache [NB, bs, Hkv, D], v_cache [NB, bs, Hkv, D], slot_mapping [T])
+paged_attention(q [T, H, D], k_cache, v_cache, block_table [B, M], query_start_loc [B+1], seq_lens [B],
+                num_computed [B], scale, max_query_len, max_seq_len) -> [T, H, D]
+    Token j of sequence b sits at position num_computed[b] + j and attends causally to every cached
+    position <= its own (the tokens of this step must already be written). GQA: head h uses kv head
+    h // (H // Hkv). Softmax in fp32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+OP_NAMES = (
+    "rms_norm",
+    "gated_rms_norm",
+    "causal_conv1d_prefill",
+    "causal_conv1d_decode",
+    "gdn_gating",
+    "chunk_gated_delta_rule",
+    "recurrent_gated_delta_rule",
+    "apply_rope",
+    "write_kv",
+    "paged_attention",
+)
+
+
+@dataclass(frozen=True)
+class Ops:
+    """A table of op implementations. Build it with :func:`make_ops`; the model only calls it."""
+
+    rms_norm: Callable[..., Any]
+    gated_rms_norm: Callable[..., Any]
+    causal_conv1d_prefill: Callable[..., Any]
+    causal_conv1d_decode: Callable[..., Any]
+    gdn_gating: Callable[..., Any]
+    chunk_gated_delta_rule: Callable[..., Any]
+    recurrent_gated_delta_rule: Callable[..., Any]
+    apply_rope: Callable[..., Any]
+    write_kv: Callable[..., Any]
+    paged_attention: Callable[..., Any]
+    backend: str = "torch"
+
+
+def reference_ops() -> Ops:
+    from engine.ops import reference as r
+
+    return Ops(**{name: getattr(r, name) for name in OP_NAMES}, backend="torch")
+
+
+def make_ops(backend: str = "torch", arms: frozenset[str] = frozenset()) -> Ops:
+    """``backend``: "torch" (reference) or "cuda" (CuPy kernels where they exist, reference elsewhere)."""
+    ops = reference_ops()
+    if backend == "torch":
+        return ops
+    if backend == "cuda":
+        from engine.ops.cuda import cuda_overrides
+
+        return replace(ops, **cuda_overrides(arms), backend="cuda")
+    raise ValueError(f"unknown op backend {backend!r} (expected 'torch' or 'cuda')")

@@ -1,0 +1,39 @@
+"""Per-request sampling parameters: one typed struct shared by the API process, the wire and the runner."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class SamplingParams(msgspec.Struct, frozen=True, omit_defaults=True, array_like=True, gc=False):
+    """Validated by the server before it reaches the engine; the engine trusts these ranges."""
+
+    max_tokens: int = 16
+    """Most tokens to generate."""
+    temperature: float = 1.0
+    """0 means greedy (exact argmax, lowest index on ties)."""
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 (or -1) disables top-k."""
+    min_p: float = 0.0
+    seed: int | None = None
+    """Seeded sampling is reproducible per request, independent of batch composition."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Extra token ids that end the request (the model's EOS ids are added unless ignore_eos)."""
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    """Stop tokens are ignored until this many tokens were generated."""
+    logprobs: int | None = None
+    """None: no logprobs. k >= 0: the sampled token's logprob plus the top k alternatives."""
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class TokenLogprobs(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """Logprob of one sampled token and its top alternatives (token id, logprob), best first."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = []
