@@ -1,0 +1,118 @@
+"""Frozen configuration, one dataclass per component.
+
+Each field's docstring is its CLI help (``engine.cli`` reads them). "auto" values are resolved once
+at start-up by :func:`resolve` into new frozen objects, which are logged; nothing mutates a config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model: str = ""
+    """Checkpoint directory (HF layout). Empty: the embedded tiny model, written to the cache dir on first use."""
+    served_model_name: str = ""
+    """Name clients send as `model`; defaults to the checkpoint directory's name."""
+    dtype: str = "auto"
+    """bfloat16, float16, float32 or auto (bfloat16 on CUDA, float32 on CPU)."""
+    load_format: str = "auto"
+    """auto (safetensors) or dummy (seeded random weights of the exact shapes)."""
+    device: str = "auto"
+    """cuda, cpu or auto (cuda when available)."""
+    gdn_backend: str = "auto"
+    """torch (reference ops) or cuda (CuPy kernels); auto = cuda on GPU when CuPy imports, else torch."""
+    kernel_arms: tuple[str, ...] = ()
+    """Kernel variants to enable, e.g. conv.k4 decode.regstate (see docs/KERNELS)."""
+    max_model_len: int = 0
+    """Context length (prompt + output); 0 = the model's max_position_embeddings capped at 32768."""
+    seed: int = 0
+    """Seed for dummy weights and unseeded sampling."""
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    block_size: int = 32
+    """Tokens per paged-KV block."""
+    num_gpu_blocks_override: int = 0
+    """KV blocks to allocate (0 = size from free memory on GPU, or from max_num_seqs * max_model_len on CPU)."""
+    gpu_memory_utilization: float = 0.85
+    """Fraction of device memory the engine may use when sizing the KV pool."""
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_batched_tokens: int = 2048
+    """Token budget per engine step (decodes first, then prefill chunks)."""
+    max_num_seqs: int = 64
+    """Most sequences in one step; also the number of GDN state slots."""
+    max_waiting_requests: int = 1024
+    """Queue bound: beyond it new requests get 503 with Retry-After."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    """Address to listen on."""
+    port: int = 8000
+    """Port to listen on."""
+    api_key: str = ""
+    """If set, every route but /health needs `Authorization: Bearer <key>`."""
+    admission_window_ms: float = 0.0
+    """Requests arriving within this window travel to the engine as one wave (0 = same event-loop turn)."""
+    max_request_bytes: int = 8 * 1024 * 1024
+    """Largest accepted HTTP body."""
+    engine_stall_timeout_s: float = 30.0
+    """/ready turns 503 when requests wait and no engine step finished for this long."""
+    request_timeout_s: float = 600.0
+    """A request still running after this long is aborted."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+def default_cache_dir() -> Path:
+    """Where the embedded tiny model is written: $DELTASERVE_CACHE or ~/.cache/deltaserve."""
+    env = os.environ.get("DELTASERVE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "deltaserve"
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_model(cfg: ModelConfig) -> ModelConfig:
+    """Fill every "auto" of a ModelConfig: device, dtype, gdn backend, the tiny default model path."""
+    device = resolve_device(cfg.device)
+    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
+    backend = cfg.gdn_backend
+    if backend == "auto":
+        backend = "torch"
+        if device.startswith("cuda"):
+            try:
+                import cupy  # noqa: F401
+
+                backend = "cuda"
+            except ImportError:
+                pass
+    model = cfg.model
+    if not model:
+        from engine.model.default import ensure_default_model
+
+        model = str(ensure_default_model(default_cache_dir()))
+    name = cfg.served_model_name or Path(model).name
+    return dataclasses.replace(
+        cfg, model=model, device=device, dtype=dtype, gdn_backend=backend, served_model_name=name
+    )
