@@ -1,0 +1,87 @@
+"""rms_norm, gated_rms_norm and gdn_gating vs hand-written formulas and HF's modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.ops.reference import gated_rms_norm, gdn_gating, rms_norm
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_matches_per_row_loop(dtype: torch.dtype) -> None:
+    gen = _gen(1)
+    x = (torch.randn(7, 48, generator=gen) * 3).to(dtype)
+    w = (torch.randn(48, generator=gen) * 0.1).to(dtype)
+    out = rms_norm(x, w, 1e-6)
+    assert out.dtype == dtype and out.shape == x.shape
+    for i in range(x.shape[0]):
+        row = x[i].double()
+        ref = row / torch.sqrt(row.pow(2).mean() + 1e-6) * (1.0 + w.double())
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(out[i].double(), ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_bit_exact_vs_hf(dtype: torch.dtype) -> None:
+    m = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
+    gen = _gen(2)
+    x = torch.randn(5, 3, 64, generator=gen).to(dtype)  # [T, H, D] like q_norm
+    norm = m.Qwen3_5RMSNorm(64, eps=1e-6).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(64, generator=gen) * 0.2)
+        ref = norm(x)
+    assert torch.equal(rms_norm(x, norm.weight.detach(), 1e-6), ref)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("weight_dtype", [torch.float32, torch.bfloat16])
+def test_gated_rms_norm_bit_exact_vs_hf(dtype: torch.dtype, weight_dtype: torch.dtype) -> None:
+    m = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
+    gen = _gen(3)
+    x = torch.randn(9, 32, generator=gen).to(dtype)
+    z = torch.randn(9, 32, generator=gen).to(dtype)
+    norm = m.Qwen3_5RMSNormGated(32, eps=1e-6).to(weight_dtype)
+    with torch.no_grad():
+        norm.weight.copy_(1 + torch.randn(32, generator=gen) * 0.2)
+        ref = norm(x, z)
+    out = gated_rms_norm(x, z, norm.weight.detach(), 1e-6)
+    assert out.dtype == ref.dtype
+    assert torch.equal(out, ref)
+
+
+def test_gated_rms_norm_matches_formula() -> None:
+    gen = _gen(4)
+    x, z = torch.randn(2, 6, 16, generator=gen, dtype=torch.float64)
+    w = torch.rand(16, generator=gen, dtype=torch.float64) + 0.5
+    out = gated_rms_norm(x.float(), z.float(), w.float(), 1e-6).double()
+    for i in range(6):
+        ref = w * x[i] / torch.sqrt(x[i].pow(2).mean() + 1e-6) * z[i] * torch.sigmoid(z[i])
+        torch.testing.assert_close(out[i], ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gdn_gating(dtype: torch.dtype) -> None:
+    gen = _gen(5)
+    a = torch.randn(11, 6, generator=gen).to(dtype)
+    b = torch.randn(11, 6, generator=gen).to(dtype)
+    A_log = torch.log(torch.rand(6, generator=gen) * 15 + 0.01)
+    dt_bias = torch.randn(6, generator=gen).to(dtype)
+    g, beta = gdn_gating(a, b, A_log, dt_bias)
+    assert g.dtype == torch.float32 and beta.dtype == torch.float32
+    # HF: g = -A_log.float().exp() * softplus(a.float() + dt_bias); beta = b.sigmoid() in b's dtype
+    assert torch.equal(g, -A_log.float().exp() * F.softplus(a.float() + dt_bias))
+    assert torch.equal(beta, b.sigmoid().float())
+    assert bool((g <= 0).all())
+    for t in range(11):
+        for h in range(6):
+            sp = torch.log1p(torch.exp(a[t, h].double() + dt_bias[h].double()))
+            ref = -torch.exp(A_log[h].double()) * sp
+            torch.testing.assert_close(g[t, h].double(), ref, atol=1e-4, rtol=1e-5)
