@@ -62,10 +62,13 @@ class ForwardBatch:
         return self.num_decodes == self.num_seqs
 
     @staticmethod
-    def build(seqs: Sequence[SeqSpec], block_size: int, device: torch.device | str) -> ForwardBatch:
+    def build(
+        seqs: Sequence[SeqSpec], block_size: int, device: torch.device | str, all_logits: bool = False
+    ) -> ForwardBatch:
         """Build the flat batch on the host, then copy each tensor to ``device`` once.
 
         Decodes (one new token, ``num_computed > 0``) must come first; this is checked.
+        ``all_logits`` returns logits for every token (tests compare whole prefills).
         """
         if not seqs:
             raise ValueError("ForwardBatch needs at least one sequence")
@@ -102,7 +105,9 @@ class ForwardBatch:
             for p in range(p0, total):
                 slots.append(s.block_ids[p // block_size] * block_size + p % block_size)
             qsl.append(qsl[-1] + n)
-            if s.sample:
+            if all_logits:
+                logits_idx.extend(range(qsl[-2], qsl[-1]))
+            elif s.sample:
                 logits_idx.append(qsl[-1] - 1)
             seq_lens.append(total)
             computed.append(s.num_computed)

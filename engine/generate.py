@@ -1,0 +1,107 @@
+"""Offline batch generation straight on the ModelRunner (no server, no scheduler process).
+
+Used by the oracle tests and ``deltaserve generate``. Every prompt gets its own state slot and a
+contiguous run of KV blocks; prefill can be split into chunks at arbitrary boundaries
+(``prefill_chunks``), which must not change the result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from engine.runner import ModelRunner
+from engine.sampling_params import SamplingParams
+from engine.step import ScheduledSeq
+
+
+def _chunks(n: int, sizes: Sequence[int] | None) -> list[int]:
+    """Split a prompt of n tokens into the given chunk sizes (the last one takes the rest)."""
+    if not sizes:
+        return [n]
+    out, left = [], n
+    for s in sizes:
+        if left <= 0:
+            break
+        out.append(min(s, left))
+        left -= out[-1]
+    if left > 0:
+        out.append(left)
+    return out
+
+
+def generate(
+    runner: ModelRunner,
+    prompts: Sequence[Sequence[int]],
+    max_tokens: int,
+    params: SamplingParams | None = None,
+    prefill_chunks: Sequence[int] | None = None,
+    stop_at_eos: bool = False,
+) -> list[list[int]]:
+    """Generate ``max_tokens`` tokens for each prompt (greedy unless ``params`` says otherwise)."""
+    params = params or SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    if len(prompts) >= runner.num_state_slots:
+        raise ValueError(f"{len(prompts)} prompts need more than {runner.num_state_slots - 1} state slots")
+    bs = runner.block_size
+    need = [math.ceil((len(p) + max_tokens) / bs) for p in prompts]
+    if sum(need) >= runner.num_kv_blocks:
+        raise ValueError(f"prompts need {sum(need)} KV blocks, the pool has {runner.num_kv_blocks - 1}")
+    tables, nxt = [], 1
+    for n in need:
+        tables.append(list(range(nxt, nxt + n)))
+        nxt += n
+    outs: list[list[int]] = [[] for _ in prompts]
+    done = [False] * len(prompts)
+    # Prefill every prompt chunk by chunk; all prompts' k-th chunks go in one batch.
+    plans = [_chunks(len(p), prefill_chunks) for p in prompts]
+    computed = [0] * len(prompts)
+    for k in range(max(len(p) for p in plans)):
+        seqs = []
+        for i, p in enumerate(prompts):
+            if k >= len(plans[i]):
+                continue
+            n = plans[i][k]
+            last = k == len(plans[i]) - 1
+            seqs.append(
+                ScheduledSeq(
+                    token_ids=list(p[computed[i] : computed[i] + n]),
+                    num_computed=computed[i],
+                    block_ids=tables[i],
+                    state_slot=i + 1,
+                    sample=last,
+                    request_id=str(i),
+                    params=params,
+                    num_output=0,
+                )
+            )
+            computed[i] += n
+        # Single-token chunks with history count as decodes and must lead the batch.
+        seqs.sort(key=lambda s: not (len(s.token_ids) == 1 and s.num_computed > 0))
+        result = runner.execute_model(seqs)
+        sampled = [s for s in seqs if s.sample]
+        for s, tok in zip(sampled, result.token_ids):
+            outs[int(s.request_id)].append(tok)
+    eos = set(runner.eos_token_ids)
+    for i in range(len(prompts)):
+        done[i] = stop_at_eos and outs[i][-1] in eos
+    for _ in range(max_tokens - 1):
+        live = [i for i in range(len(prompts)) if not done[i]]
+        if not live:
+            break
+        seqs = [
+            ScheduledSeq(
+                token_ids=[outs[i][-1]],
+                num_computed=len(prompts[i]) + len(outs[i]) - 1,
+                block_ids=tables[i],
+                state_slot=i + 1,
+                request_id=str(i),
+                params=params,
+                num_output=len(outs[i]),
+            )
+            for i in live
+        ]
+        result = runner.execute_model(seqs)
+        for i, tok in zip(live, result.token_ids):
+            outs[i].append(tok)
+            done[i] = stop_at_eos and tok in eos
+    return outs

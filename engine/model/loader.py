@@ -1,0 +1,176 @@
+"""Load HF Qwen3.5 safetensors checkpoints (single file or sharded) into ``Qwen35Model``.
+
+Tensors are read one at a time from memory-mapped files and copied straight into parameters
+already allocated on the target device, so host RAM never holds the whole model. Accepted name
+prefixes: ``model.language_model.`` (official multimodal checkpoints) and ``model.`` (text-only
+saves); ``model.visual.*`` and ``mtp.*`` are skipped. Fused parameters receive each HF tensor at
+its row offset. Missing, unexpected or mis-shaped tensors fail with the tensor's name and shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.model.config import LINEAR, Qwen35Config
+from engine.model.qwen35 import Qwen35Model
+from engine.ops import Ops
+
+log = logging.getLogger(__name__)
+
+SKIP_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Target:
+    param: str  # our parameter name
+    row_offset: int  # first row of the fused parameter this tensor fills
+    shape: tuple[int, ...]  # the HF tensor's shape
+
+
+def expected_tensors(cfg: Qwen35Config) -> dict[str, Target]:
+    """HF tensor name (prefix stripped) -> where it goes in our model."""
+    h, inter = cfg.hidden_size, cfg.intermediate_size
+    out: dict[str, Target] = {
+        "embed_tokens.weight": Target("embed_tokens", 0, (cfg.vocab_size, h)),
+        "norm.weight": Target("norm", 0, (h,)),
+    }
+    if not cfg.tie_word_embeddings:
+        out["lm_head.weight"] = Target("lm_head", 0, (cfg.vocab_size, h))
+    for i, kind in enumerate(cfg.layer_types):
+        p, m = f"layers.{i}.", f"layers.{i}.mixer."
+        out[p + "input_layernorm.weight"] = Target(p + "input_norm", 0, (h,))
+        out[p + "post_attention_layernorm.weight"] = Target(p + "post_norm", 0, (h,))
+        out[p + "mlp.gate_proj.weight"] = Target(p + "mlp.gate_up", 0, (inter, h))
+        out[p + "mlp.up_proj.weight"] = Target(p + "mlp.gate_up", inter, (inter, h))
+        out[p + "mlp.down_proj.weight"] = Target(p + "mlp.down", 0, (h, inter))
+        if kind == LINEAR:
+            a, nv = p + "linear_attn.", cfg.linear_num_value_heads
+            c, vd = cfg.conv_dim, cfg.value_dim
+            out[a + "in_proj_qkv.weight"] = Target(m + "in_proj", 0, (c, h))
+            out[a + "in_proj_z.weight"] = Target(m + "in_proj", c, (vd, h))
+            out[a + "in_proj_b.weight"] = Target(m + "in_proj", c + vd, (nv, h))
+            out[a + "in_proj_a.weight"] = Target(m + "in_proj", c + vd + nv, (nv, h))
+            out[a + "conv1d.weight"] = Target(m + "conv_weight", 0, (c, 1, cfg.linear_conv_kernel_dim))
+            out[a + "A_log"] = Target(m + "A_log", 0, (nv,))
+            out[a + "dt_bias"] = Target(m + "dt_bias", 0, (nv,))
+            out[a + "norm.weight"] = Target(m + "norm_weight", 0, (cfg.linear_value_head_dim,))
+            out[a + "out_proj.weight"] = Target(m + "out_proj", 0, (h, vd))
+        else:
+            a, nh, nkv, d = p + "self_attn.", cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+            out[a + "q_proj.weight"] = Target(m + "qkv_proj", 0, (2 * nh * d, h))
+            out[a + "k_proj.weight"] = Target(m + "qkv_proj", 2 * nh * d, (nkv * d, h))
+            out[a + "v_proj.weight"] = Target(m + "qkv_proj", 2 * nh * d + nkv * d, (nkv * d, h))
+            out[a + "q_norm.weight"] = Target(m + "q_norm", 0, (d,))
+            out[a + "k_norm.weight"] = Target(m + "k_norm", 0, (d,))
+            out[a + "o_proj.weight"] = Target(m + "o_proj", 0, (h, nh * d))
+    return out
+
+
+def strip_prefix(name: str) -> str | None:
+    """Checkpoint name -> our HF-relative name, or None for tensors we skip."""
+    if name.startswith(SKIP_PREFIXES):
+        return None
+    if name.startswith("model.language_model."):
+        return name[len("model.language_model.") :]
+    if name.startswith("model."):
+        return name[len("model.") :]
+    return name  # lm_head.weight sits at the top level
+
+
+def checkpoint_files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text()).get("weight_map", {})
+        files = sorted({path / f for f in weight_map.values()})
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise CheckpointError(f"shards listed in {index.name} are missing: {missing}")
+        return files
+    single = path / "model.safetensors"
+    if single.is_file():
+        return [single]
+    raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {path}")
+
+
+def _copy_into(params: dict[str, torch.nn.Parameter], tgt: Target, name: str, t: torch.Tensor) -> None:
+    if tuple(t.shape) != tgt.shape:
+        raise CheckpointError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {tgt.shape}")
+    dst = params[tgt.param].data
+    rows = t.shape[0]
+    if t.dim() != dst.dim():  # conv1d.weight [C, 1, K] -> [C, K]
+        t = t.reshape(rows, *dst.shape[1:])
+    dst[tgt.row_offset : tgt.row_offset + rows].copy_(t.to(dtype=dst.dtype))
+
+
+def load_weights(model: Qwen35Model, tensors: dict[str, torch.Tensor] | Path) -> int:
+    """Fill ``model`` from a checkpoint directory or a name->tensor dict. Returns tensors loaded."""
+    from safetensors import safe_open
+
+    expected = expected_tensors(model.cfg)
+    params = dict(model.named_parameters(remove_duplicate=False))
+    seen: set[str] = set()
+
+    def take(raw_name: str, get: object) -> None:
+        name = strip_prefix(raw_name)
+        if name is None:
+            return
+        if name == "lm_head.weight" and model.cfg.tie_word_embeddings:
+            return  # some tools save the tied head anyway; the embedding is authoritative
+        tgt = expected.get(name)
+        if tgt is None:
+            raise CheckpointError(f"unexpected tensor {raw_name!r} (not part of a dense Qwen3.5 text model)")
+        if name in seen:
+            raise CheckpointError(f"tensor {raw_name!r} appears twice")
+        seen.add(name)
+        _copy_into(params, tgt, raw_name, get())  # type: ignore[operator]
+
+    if isinstance(tensors, dict):
+        for raw, t in tensors.items():
+            take(raw, lambda t=t: t)
+    else:
+        for f in checkpoint_files(tensors):
+            with safe_open(str(f), framework="pt", device="cpu") as fh:
+                for raw in fh.keys():
+                    take(raw, lambda raw=raw, fh=fh: fh.get_tensor(raw))
+    missing = sorted(set(expected) - seen)
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise CheckpointError(f"checkpoint is missing tensors {missing[:5]}{more}")
+    return len(seen)
+
+
+def build_model(
+    path: str | Path,
+    ops: Ops,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    load_format: str = "auto",
+    seed: int = 0,
+) -> Qwen35Model:
+    """Allocate the model on ``device`` and fill it from the checkpoint (or seeded random weights)."""
+    path = Path(path)
+    cfg = Qwen35Config.from_dir(path)
+    with torch.device(device):
+        model = Qwen35Model(cfg, ops, dtype)
+    if load_format == "dummy":
+        from engine.model.random_init import random_state_dict
+
+        raw = json.loads((path / "config.json").read_text())
+        text = raw.get("text_config") or raw
+        text = {**text, "tie_word_embeddings": cfg.tie_word_embeddings}
+        n = load_weights(model, random_state_dict(text, seed=seed, dtype=dtype, device=device))
+    elif load_format in ("auto", "safetensors"):
+        n = load_weights(model, path)
+    else:
+        raise ValueError(f"unknown load_format {load_format!r} (auto, safetensors or dummy)")
+    log.info("loaded %d tensors, %.3f B parameters (%s, %s)", n, model.num_parameters() / 1e9, dtype, device)
+    return model.eval()
