@@ -1,0 +1,33 @@
+"""CuPy/NVRTC implementations of the GDN ops (sources in the repo's top-level ``cuda/`` folder).
+
+``cuda_overrides(arms)`` maps op names to callables with the exact reference signatures of
+:mod:`engine.ops`; arms (KERNELS.md) are compile-time template choices bound here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+ARMS = frozenset(
+    {"conv.chunk8", "conv.k4", "conv.postconv_tile16", "decode.regstate", "decode.vec_writeback"}
+)
+DEFAULT_ARMS = frozenset({"conv.chunk8"})
+
+
+def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
+    """Op name -> CUDA implementation. Unknown arm names are an error, not silently ignored."""
+    unknown = set(arms) - ARMS
+    if unknown:
+        raise ValueError(f"unknown kernel arms {sorted(unknown)}; known: {sorted(ARMS)}")
+    from engine.ops.cuda import conv, delta, gating, norm
+
+    arms = frozenset(arms)
+    return {
+        "causal_conv1d_prefill": functools.partial(conv.causal_conv1d_prefill, arms=arms),
+        "causal_conv1d_decode": functools.partial(conv.causal_conv1d_decode, arms=arms),
+        "gdn_gating": gating.gdn_gating,
+        "chunk_gated_delta_rule": functools.partial(delta.chunk_gated_delta_rule, arms=arms),
+        "recurrent_gated_delta_rule": functools.partial(delta.recurrent_gated_delta_rule, arms=arms),
+        "gated_rms_norm": norm.gated_rms_norm,
+    }
