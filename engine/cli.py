@@ -1,0 +1,138 @@
+"""``deltaserve`` command line: serve, generate, make-checkpoint.
+
+Serve flags are generated from the frozen config dataclasses (field name with dashes; the field's
+docstring is the help), so flags that mean the same as vLLM's carry vLLM's names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import json
+import logging
+import sys
+from typing import Any
+
+from engine import config as cfgmod
+from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, ServerConfig
+
+SECTIONS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig)
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The string literal that follows each field in the class body."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for a, b in zip(body, body[1:]):
+        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
+            docs[a.target.id] = str(b.value.value)  # type: ignore[union-attr]
+    return docs
+
+
+def add_config_flags(p: argparse.ArgumentParser, sections: tuple[type, ...] = SECTIONS) -> None:
+    for cls in sections:
+        group = p.add_argument_group(cls.__name__)
+        docs = _field_docs(cls)
+        for f in dataclasses.fields(cls):
+            flag = "--" + f.name.replace("_", "-")
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            kw: dict[str, Any] = {"dest": f.name, "default": default, "help": docs.get(f.name, "")}
+            if isinstance(default, bool):
+                kw["action"] = argparse.BooleanOptionalAction
+            elif isinstance(default, tuple):
+                kw["nargs"] = "*"
+            else:
+                kw["type"] = type(default)
+            group.add_argument(flag, **kw)
+
+
+def configs_from_args(ns: argparse.Namespace) -> tuple[EngineConfig, ServerConfig]:
+    def build(cls: type) -> Any:
+        vals = {f.name: getattr(ns, f.name) for f in dataclasses.fields(cls) if hasattr(ns, f.name)}
+        vals = {k: tuple(v) if isinstance(v, list) else v for k, v in vals.items()}
+        return cls(**vals)
+
+    model = cfgmod.resolve_model(build(ModelConfig))
+    engine = EngineConfig(model=model, cache=build(CacheConfig), scheduler=build(SchedulerConfig))
+    return engine, build(ServerConfig)
+
+
+def _log_config(engine: EngineConfig, server: ServerConfig) -> None:
+    shown = dataclasses.asdict(server)
+    if shown.get("api_key"):
+        shown["api_key"] = "<set>"
+    logging.getLogger("deltaserve").info(
+        "config: %s", json.dumps({"engine": dataclasses.asdict(engine), "server": shown})
+    )
+
+
+def cmd_serve(ns: argparse.Namespace) -> int:
+    engine, server = configs_from_args(ns)
+    _log_config(engine, server)
+    from server.launch import run_server
+
+    return run_server(engine, server) or 0
+
+
+def cmd_generate(ns: argparse.Namespace) -> int:
+    from engine.generate import generate
+    from engine.runner import ModelRunner
+    from engine.sampling_params import SamplingParams
+    from engine.tokenizer import Tokenizer
+
+    engine, _ = configs_from_args(ns)
+    runner = ModelRunner(engine)
+    tok = Tokenizer.from_dir(engine.model.model)
+    prompts = [tok.encode(p) for p in ns.prompt]
+    params = SamplingParams(max_tokens=ns.max_tokens, temperature=ns.temperature, seed=ns.sample_seed)
+    outs = generate(runner, prompts, ns.max_tokens, params, stop_at_eos=not ns.ignore_eos)
+    for p, o in zip(ns.prompt, outs):
+        print(json.dumps({"prompt": p, "token_ids": o, "text": tok.decode(o, skip_special_tokens=True)}))
+    return 0
+
+
+def cmd_make_checkpoint(ns: argparse.Namespace) -> int:
+    from engine.model.presets import make_checkpoint
+
+    path = make_checkpoint(ns.dir, preset=ns.preset, seed=ns.seed, dtype=ns.dtype)
+    print(path)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="deltaserve", description=__doc__)
+    p.add_argument("--log-level", default="INFO")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="start the OpenAI-compatible server")
+    add_config_flags(s)
+    s.set_defaults(func=cmd_serve)
+    g = sub.add_parser("generate", help="offline generation from the command line")
+    add_config_flags(g, (ModelConfig, CacheConfig, SchedulerConfig))
+    g.add_argument("prompt", nargs="+")
+    g.add_argument("--max-tokens", type=int, default=32)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--sample-seed", type=int, default=None)
+    g.add_argument("--ignore-eos", action="store_true")
+    g.set_defaults(func=cmd_generate)
+    m = sub.add_parser("make-checkpoint", help="write an HF-layout checkpoint (tiny model or 4B config)")
+    m.add_argument("dir")
+    m.add_argument("--preset", default="tiny", choices=["tiny", "qwen3.5-4b"])
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    m.set_defaults(func=cmd_make_checkpoint)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parser().parse_args(argv)
+    logging.basicConfig(
+        level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    return int(ns.func(ns) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The FastAPI app factory. The app does not own the engine: whoever built the AsyncLLM shuts it down
+(``server.launch.serve`` in production, a fixture in tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from engine.config import ServerConfig
+from server.errors import APIError, BodyLimitMiddleware, install_error_handlers, send_error
+from server.metrics import Metrics
+
+logger = logging.getLogger("deltaserve.server")
+
+
+@dataclass
+class ServerState:
+    """Everything a route needs, hung on ``app.state.ds``."""
+
+    llm: Any
+    config: ServerConfig
+    metrics: Metrics
+    model_name: str
+    draining: bool = False
+    in_flight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def check_model(self, name: str | None) -> None:
+        # An absent model means the only one we serve (vLLM does the same).
+        if name is not None and name != self.model_name:
+            raise APIError(404, "The model does not exist", param="model", code="model_not_found")
+
+    def engine_dead(self) -> bool:
+        """True once the engine is gone for good (AsyncLLM.is_alive is False)."""
+        alive = getattr(self.llm, "is_alive", True)
+        return not (alive() if callable(alive) else alive)
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.ds
+
+
+class DrainMiddleware:
+    """Counts in-flight HTTP requests and, once draining (SIGTERM), answers new ones 503 at once.
+
+    ``/health`` keeps answering so an orchestrator can tell "draining" from "dead".
+    """
+
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        st = self.state
+        if st.draining and scope.get("path") != "/health":
+            err = APIError(503, "Server is shutting down", code="shutting_down", headers={"Retry-After": "5"})
+            await send_error(send, err, close=True)
+            return
+        st.in_flight += 1
+        st.idle.clear()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            st.in_flight -= 1
+            if st.in_flight == 0:
+                st.idle.set()
+
+
+def build_app(llm: Any, server_config: ServerConfig | None = None) -> FastAPI:
+    """The whole HTTP surface over one AsyncLLM."""
+    from server.auth import APIKeyMiddleware
+    from server.routes_chat import router as chat_router
+    from server.routes_completions import router as completions_router
+    from server.routes_misc import router as misc_router
+
+    config = server_config or ServerConfig()
+    metrics = Metrics(llm.model_name, _device_name(llm))
+    state = ServerState(llm=llm, config=config, metrics=metrics, model_name=llm.model_name)
+    state.idle.set()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        poller = asyncio.create_task(metrics.poll(llm))
+        try:
+            yield
+        finally:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
+
+    app = FastAPI(
+        title="deltaserve",
+        version=_version(),
+        lifespan=lifespan,
+        # No interactive docs: they pull JavaScript from a CDN and are one more surface to audit.
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.ds = state
+    install_error_handlers(app)
+    app.include_router(completions_router)
+    app.include_router(chat_router)
+    app.include_router(misc_router)
+    # Middlewares wrap outside-in in reverse order of addition: auth runs first, so an unauthenticated
+    # client learns nothing (not even the size limit); then draining; then the body limit.
+    # CORS is deliberately absent: browsers get the same-origin default.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
+    app.add_middleware(DrainMiddleware, state=state)
+    app.add_middleware(APIKeyMiddleware, api_key=config.api_key)
+    return app
+
+
+def _device_name(llm: Any) -> str:
+    name = getattr(llm, "device_name", None)
+    if name is None:
+        name = getattr(getattr(getattr(llm, "client", None), "ready_info", None), "device_name", None)
+    return str(name or "unknown")
+
+
+def _version() -> str:
+    with contextlib.suppress(Exception):
+        from importlib.metadata import version
+
+        return version("deltaserve")
+    return "0.1.0"

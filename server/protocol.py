@@ -1,0 +1,302 @@
+"""Pydantic models of the OpenAI-compatible API: requests are bounded field by field, responses typed.
+
+Every numeric field has an upper bound here so that no request can ask for unbounded work; bounds that
+depend on the model (vocab size, context length) are checked in the routes once the prompt is known.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+MAX_N = 16
+MAX_LOGPROBS = 20
+MAX_STOP = 16
+MAX_STOP_LEN = 256
+MAX_STOP_TOKEN_IDS = 64
+MAX_PROMPTS = 256
+MAX_MESSAGES = 4096
+# Hard ceiling for token counts before the model's own max_model_len is known.
+MAX_TOKENS_CAP = 1 << 24
+
+TokenId = StrictInt
+Prompt = str | list[TokenId] | list[str] | list[list[TokenId]]
+StopStr = Annotated[str, Field(min_length=1, max_length=MAX_STOP_LEN)]
+TemplateScalar = str | int | float | bool | None
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+
+
+class _Request(BaseModel):
+    """Fields shared by completions and chat (OpenAI names, vLLM extensions)."""
+
+    # Clients send newer OpenAI fields all the time; unknown fields are ignored, not errors.
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = Field(default=None, max_length=512)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_CAP)
+    n: int = Field(default=1, ge=1, le=MAX_N)
+    best_of: int | None = Field(default=None, ge=1, le=MAX_N)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_k: int = Field(default=0, ge=-1, le=MAX_TOKENS_CAP)
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    stop: StopStr | Annotated[list[StopStr], Field(max_length=MAX_STOP)] | None = None
+    stop_token_ids: list[TokenId] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100, allow_inf_nan=False)]] | None = Field(
+        default=None, max_length=1024
+    )
+    min_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS_CAP)
+    ignore_eos: bool = False
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = Field(default=None, max_length=256)
+    skip_special_tokens: bool = True
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> _Request:
+        if self.best_of is not None and self.best_of != self.n:
+            raise ValueError("best_of must equal n (beam search and best-of sampling are not supported)")
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options is only allowed when stream is true")
+        if self.presence_penalty or self.frequency_penalty:
+            raise ValueError("presence_penalty and frequency_penalty are not supported")
+        return self
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(_Request):
+    prompt: Prompt
+    echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _bounded_batch(cls, v: Any) -> Any:
+        if isinstance(v, list) and v and isinstance(v[0], str | list) and len(v) > MAX_PROMPTS:
+            raise ValueError(f"at most {MAX_PROMPTS} prompts per request")
+        return v
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, v: str | None) -> str | None:
+        if v:
+            raise ValueError("suffix is not supported")
+        return v
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[TextPart] | None = None
+    name: str | None = Field(default=None, max_length=256)
+    tool_call_id: str | None = Field(default=None, max_length=256)
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, max_length=128)
+    reasoning_content: str | None = None
+
+    @model_validator(mode="after")
+    def _content_required(self) -> ChatMessage:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"content is required for a {self.role} message")
+        return self
+
+    def text(self) -> str | None:
+        """Text parts joined by newlines, as vLLM flattens them for text-only templates."""
+        if self.content is None or isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content)
+
+    def as_template_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.text()}
+        for key in ("name", "tool_call_id", "tool_calls", "reasoning_content"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+
+class ChatCompletionRequest(_Request):
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_CAP)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=128)
+    chat_template_kwargs: dict[str, TemplateScalar] | None = Field(default=None, max_length=16)
+    # Declared only so that it can be refused: templates come from the model directory, never a request.
+    chat_template: Any = None
+
+    @field_validator("chat_template")
+    @classmethod
+    def _no_template(cls, v: Any) -> Any:
+        if v is not None:
+            raise ValueError("chat_template in the request is not allowed")
+        return v
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _kwarg_names(cls, v: dict[str, TemplateScalar] | None) -> dict[str, TemplateScalar] | None:
+        reserved = {"messages", "tools", "add_generation_prompt", "tokenize", "chat_template", "documents"}
+        for key in v or {}:
+            if not key.isidentifier() or len(key) > 64 or key in reserved or key.startswith("_"):
+                raise ValueError("chat_template_kwargs has a key that is not allowed")
+        return v
+
+    @model_validator(mode="after")
+    def _top_logprobs_needs_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs requires logprobs to be true")
+        return self
+
+    def output_limit(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = Field(default=None, max_length=512)
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1, max_length=MAX_MESSAGES)
+    add_special_tokens: bool = False
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, TemplateScalar] | None = Field(default=None, max_length=16)
+
+    @model_validator(mode="after")
+    def _one_input(self) -> TokenizeRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("exactly one of prompt and messages is required")
+        if self.chat_template_kwargs:
+            ChatCompletionRequest._kwarg_names(self.chat_template_kwargs)
+        return self
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = Field(default=None, max_length=512)
+    tokens: list[TokenId] = Field(max_length=1 << 20)
+
+
+# Responses -----------------------------------------------------------------------------------------
+
+
+class UsageInfo(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+    text_offset: list[int] = Field(default_factory=list)
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[CompletionChoice]
+    usage: UsageInfo
+
+
+class ChatTopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class ChatTokenLogprob(ChatTopLogprob):
+    top_logprobs: list[ChatTopLogprob] = Field(default_factory=list)
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob] | None = None
+
+
+class ChatResponseMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: ChatResponseMessage
+    logprobs: ChatLogprobs | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[ChatChoice]
+    usage: UsageInfo
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    owned_by: str = "deltaserve"
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | int | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo

@@ -1,0 +1,206 @@
+"""The real server over real HTTP: `python -m engine.cli serve` in a subprocess with its ZeroMQ
+EngineCore process, driven by the official `openai` SDK and raw httpx.
+
+The engine-kill test runs last on purpose: it ends the module's server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+ROOT = Path(__file__).resolve().parents[2]
+WAVE = 32
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` from /proc/*/stat (field 4 is the parent pid)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name (field 2) is in parentheses and may contain spaces; split after it.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subprocess.Popen]]:
+    port = _free_port()
+    log = (tmp_path_factory.mktemp("server") / "server.log").open("w")
+    cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), "--admission-window-ms", "200"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while True:
+        assert proc.poll() is None, f"server exited early, see {log.name}"
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "server did not come up"
+        time.sleep(0.25)
+    yield url, proc
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    log.close()
+
+
+def _oai(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+async def _metrics(url: str) -> dict[str, float]:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"{url}/metrics")).text
+    return {
+        s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples if not s.labels
+    }
+
+
+async def test_openai_sdk_completions_chat_streaming(server: tuple[str, subprocess.Popen]) -> None:
+    url, _ = server
+    client = _oai(url)
+    model = (await client.models.list()).data[0].id
+    comp = await client.completions.create(model=model, prompt="Hello", max_tokens=8, temperature=0)
+    assert comp.choices[0].finish_reason in ("stop", "length") and comp.usage is not None
+    stream = await client.completions.create(
+        model=model,
+        prompt="Hello",
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    pieces, usage = [], None
+    async for chunk in stream:
+        pieces += [c.text for c in chunk.choices]
+        usage = chunk.usage or usage
+    assert "".join(pieces) == comp.choices[0].text and usage == comp.usage
+    msgs = [{"role": "user", "content": "Hi there"}]
+    chat = await client.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0)
+    assert chat.choices[0].message.role == "assistant"
+    stream = await client.chat.completions.create(
+        model=model, messages=msgs, max_tokens=8, temperature=0, stream=True
+    )
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == chat.choices[0].message.content
+    with pytest.raises(openai.BadRequestError):
+        await client.completions.create(model=model, prompt="x", max_tokens=1, n=100)
+    with pytest.raises(openai.NotFoundError):
+        await client.completions.create(model="nope", prompt="x", max_tokens=1)
+    await client.close()
+
+
+async def test_wave_of_32_scheduled_together(server: tuple[str, subprocess.Popen]) -> None:
+    url, _ = server
+    client = _oai(url)
+    model = (await client.models.list()).data[0].id
+    prompts = [f"Request number {i} says" for i in range(WAVE)]
+
+    async def one(p: str) -> str:
+        r = await client.completions.create(model=model, prompt=p, max_tokens=8, temperature=0)
+        return r.choices[0].text
+
+    alone = [await one(p) for p in prompts]
+    before = (await _metrics(url)).get("deltaserve_max_wave_admitted", 0)
+    assert before < WAVE  # sequential requests never formed a wave this large
+    together = await asyncio.gather(*(one(p) for p in prompts))
+    assert together == alone
+    after = await _metrics(url)
+    assert after["deltaserve_max_wave_admitted"] >= WAVE, after
+    await client.close()
+
+
+async def test_disconnect_mid_stream_frees_blocks_and_slot(server: tuple[str, subprocess.Popen]) -> None:
+    url, _ = server
+    body = {"prompt": "Tell me a very long story", "ignore_eos": True, "stream": True}
+    for _ in range(3):
+        async with httpx.AsyncClient(timeout=60) as http:
+            async with http.stream("POST", f"{url}/v1/completions", json=body) as resp:
+                assert resp.status_code == 200
+                seen = 0
+                async for line in resp.aiter_lines():
+                    seen += line.startswith("data: {")
+                    if seen >= 3:
+                        break
+            # Leaving both blocks closes the connection mid-stream.
+    deadline = time.monotonic() + 5
+    while True:
+        m = await _metrics(url)
+        if m["deltaserve_kv_blocks_used"] == 0 and m["deltaserve_state_slots_used"] == 0:
+            break
+        assert time.monotonic() < deadline, f"pools not empty after disconnect: {m}"
+        await asyncio.sleep(0.1)
+    assert m["deltaserve_num_requests_running"] == 0
+
+
+async def test_engine_killed_ready_503_and_requests_fail(server: tuple[str, subprocess.Popen]) -> None:
+    url, proc = server
+    engines = [p for p in _children(proc.pid) if "resource_tracker" not in _cmdline(p)]
+    assert engines, "no EngineCore child process found"
+    async with httpx.AsyncClient(timeout=30) as http:
+        assert (await http.get(f"{url}/ready")).status_code == 200
+        long = {"prompt": "Keep going", "ignore_eos": True}  # no max_tokens: the whole context
+
+        async def streaming() -> str:
+            async with http.stream("POST", f"{url}/v1/completions", json={**long, "stream": True}) as resp:
+                frames = [line async for line in resp.aiter_lines() if line.startswith("data: ")]
+            assert frames[-1] == "data: [DONE]", frames[-3:]
+            return frames[-2]
+
+        async def whole() -> int:
+            return (await http.post(f"{url}/v1/completions", json=long)).status_code
+
+        tasks = [asyncio.create_task(streaming()), asyncio.create_task(whole())]
+        await asyncio.sleep(0.5)
+        for pid in engines:
+            os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        while (await http.get(f"{url}/ready")).status_code != 503:
+            assert time.monotonic() - t0 < 5, "/ready still 200 five seconds after the engine died"
+            await asyncio.sleep(0.1)
+        last_frame, status = await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+        assert "error" in json.loads(last_frame[len("data: ") :])
+        assert status >= 500
+        resp = await http.post(f"{url}/v1/completions", json={"prompt": "x", "max_tokens": 1})
+        assert resp.status_code == 503 and "error" in resp.json()
