@@ -48,7 +48,7 @@ class SyncDeltaClient:
         try:
             while True:
                 try:
-                    yield self._runner.run(agen.__anext__())
+                    yield self._runner.run(agen.__anext__())  # type: ignore[arg-type]
                 except StopAsyncIteration:
                     return
         finally:

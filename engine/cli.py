@@ -26,7 +26,7 @@ def _field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(inspect.getsource(cls))
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs = {}
-    for a, b in zip(body, body[1:]):
+    for a, b in zip(body, body[1:], strict=False):
         if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
             docs[a.target.id] = str(b.value.value)  # type: ignore[union-attr]
     return docs
@@ -38,7 +38,7 @@ def add_config_flags(p: argparse.ArgumentParser, sections: tuple[type, ...] = SE
         docs = _field_docs(cls)
         for f in dataclasses.fields(cls):
             flag = "--" + f.name.replace("_", "-")
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
             kw: dict[str, Any] = {"dest": f.name, "default": default, "help": docs.get(f.name, "")}
             if isinstance(default, bool):
                 kw["action"] = argparse.BooleanOptionalAction
@@ -89,7 +89,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     prompts = [tok.encode(p) for p in ns.prompt]
     params = SamplingParams(max_tokens=ns.max_tokens, temperature=ns.temperature, seed=ns.sample_seed)
     outs = generate(runner, prompts, ns.max_tokens, params, stop_at_eos=not ns.ignore_eos)
-    for p, o in zip(ns.prompt, outs):
+    for p, o in zip(ns.prompt, outs, strict=False):
         print(json.dumps({"prompt": p, "token_ids": o, "text": tok.decode(o, skip_special_tokens=True)}))
     return 0
 
@@ -129,7 +129,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ns = parser().parse_args(argv)
     logging.basicConfig(
-        level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        level=ns.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
     return int(ns.func(ns) or 0)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 @dataclass(frozen=True)
 class ModelConfig:
     model: str = ""
-    """Checkpoint directory (HF layout). Empty: the embedded tiny model, written to the cache dir on first use."""
+    """Checkpoint directory (HF layout). Empty: the embedded tiny model (written to the cache dir once)."""
     served_model_name: str = ""
     """Name clients send as `model`; defaults to the checkpoint directory's name."""
     dtype: str = "auto"
@@ -39,7 +39,7 @@ class CacheConfig:
     block_size: int = 32
     """Tokens per paged-KV block."""
     num_gpu_blocks_override: int = 0
-    """KV blocks to allocate (0 = size from free memory on GPU, or from max_num_seqs * max_model_len on CPU)."""
+    """KV blocks to allocate (0 = from free memory on GPU, from max_num_seqs x max_model_len on CPU)."""
     gpu_memory_utilization: float = 0.85
     """Fraction of device memory the engine may use when sizing the KV pool."""
 

@@ -79,7 +79,7 @@ def generate(
         seqs.sort(key=lambda s: not (len(s.token_ids) == 1 and s.num_computed > 0))
         result = runner.execute_model(seqs)
         sampled = [s for s in seqs if s.sample]
-        for s, tok in zip(sampled, result.token_ids):
+        for s, tok in zip(sampled, result.token_ids, strict=False):
             outs[int(s.request_id)].append(tok)
     eos = set(runner.eos_token_ids)
     for i in range(len(prompts)):
@@ -101,7 +101,7 @@ def generate(
             for i in live
         ]
         result = runner.execute_model(seqs)
-        for i, tok in zip(live, result.token_ids):
+        for i, tok in zip(live, result.token_ids, strict=False):
             outs[i].append(tok)
             done[i] = stop_at_eos and tok in eos
     return outs

@@ -18,6 +18,7 @@ import torch
 from engine.cache import ModelCache, kv_bytes_per_block, state_bytes_per_slot
 from engine.config import EngineConfig, resolve_model
 from engine.forward_batch import ForwardBatch, SeqSpec
+from engine.model.config import Qwen35Config
 from engine.model.loader import build_model
 from engine.ops import make_ops
 from engine.sampler import Sampler
@@ -48,7 +49,22 @@ class ModelRunner:
         if mc.dtype not in DTYPES:
             raise ValueError(f"unsupported dtype {mc.dtype!r} (bfloat16, float16 or float32)")
         self.dtype = DTYPES[mc.dtype]
-        self.ops = make_ops(mc.gdn_backend, frozenset(mc.kernel_arms))
+        backend = mc.gdn_backend
+        if backend == "cuda":
+            from engine.ops.cuda import DEFAULT_ARMS, unsupported_reason
+
+            c = Qwen35Config.from_dir(mc.model)
+            why = unsupported_reason(c.linear_key_head_dim, c.linear_value_head_dim, mc.dtype)
+            if why is not None:
+                log.warning("gdn backend cuda cannot run this model (%s): using the torch reference ops", why)
+                backend = "torch"
+        arms = (
+            frozenset(mc.kernel_arms)
+            if mc.kernel_arms
+            else (DEFAULT_ARMS if backend == "cuda" else frozenset())
+        )
+        self.gdn_backend = backend
+        self.ops = make_ops(backend, arms)
         self.model = build_model(mc.model, self.ops, self.dtype, self.device, mc.load_format, mc.seed)
         cfg = self.model.cfg
         self.vocab_size = cfg.vocab_size
@@ -86,7 +102,9 @@ class ModelRunner:
         probe_blocks = math.ceil(budget / bs) + 1
         self.cache = ModelCache.allocate(cfg, probe_blocks, bs, 2, self.dtype, self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
-        spec = SeqSpec(token_ids=[0] * budget, num_computed=0, block_ids=list(range(1, probe_blocks)), state_slot=1)
+        spec = SeqSpec(
+            token_ids=[0] * budget, num_computed=0, block_ids=list(range(1, probe_blocks)), state_slot=1
+        )
         self.execute(ForwardBatch.build([spec], bs, self.device))
         torch.cuda.synchronize(self.device)
         activation = torch.cuda.max_memory_allocated(self.device) - torch.cuda.memory_allocated(self.device)
@@ -114,7 +132,9 @@ class ModelRunner:
         sampled = [s for s in seqs if s.sample]
         if not sampled:
             return SamplerOutput([], [])
-        ids, logprobs = self.sampler.sample(logits, [s.params for s in sampled], [s.num_output for s in sampled])
+        ids, logprobs = self.sampler.sample(
+            logits, [s.params for s in sampled], [s.num_output for s in sampled]
+        )
         self._track_memory()
         return SamplerOutput(ids, logprobs)
 

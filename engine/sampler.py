@@ -30,7 +30,7 @@ class Sampler:
     def _noise(self, params: Sequence[SamplingParams], steps: Sequence[int], vocab: int) -> torch.Tensor:
         noise = torch.empty(len(params), vocab, device=self.device)
         noise.exponential_(generator=self.generator)
-        for i, (p, step) in enumerate(zip(params, steps)):
+        for i, (p, step) in enumerate(zip(params, steps, strict=False)):
             if p.seed is not None:
                 g = torch.Generator(device=self.device)
                 g.manual_seed(_row_seed(p.seed, step))
@@ -44,7 +44,9 @@ class Sampler:
         logits = logits / temps[:, None]
         vocab = logits.shape[-1]
         if any(0 < p.top_k < vocab for p in params):
-            ks = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=logits.device)
+            ks = torch.tensor(
+                [p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=logits.device
+            )
             sorted_desc = logits.sort(dim=-1, descending=True).values
             kth = sorted_desc.gather(1, (ks - 1)[:, None])
             logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -82,8 +84,9 @@ class Sampler:
         logp = torch.log_softmax(logits, dim=-1)
         k = max(p.logprobs or 0 for p in params)
         chosen = logp.gather(1, tokens[:, None])[:, 0].tolist()
-        top_v, top_i = (logp.topk(k, dim=-1) if k else (logp[:, :0], tokens[:, None][:, :0]))
-        top_v, top_i = top_v.tolist(), top_i.tolist()
+        top = logp.topk(k, dim=-1) if k else None
+        top_v: list[list[float]] = top.values.tolist() if top is not None else [[] for _ in params]
+        top_i: list[list[int]] = top.indices.tolist() if top is not None else [[] for _ in params]
         ids = tokens.tolist()
         out: list[TokenLogprobs | None] = []
         for r, p in enumerate(params):
@@ -91,5 +94,5 @@ class Sampler:
                 out.append(None)
                 continue
             n = p.logprobs
-            out.append(TokenLogprobs(ids[r], chosen[r], list(zip(top_i[r][:n], top_v[r][:n]))))
+            out.append(TokenLogprobs(ids[r], chosen[r], list(zip(top_i[r][:n], top_v[r][:n], strict=False))))
         return ids, out

@@ -155,7 +155,8 @@ def install_error_handlers(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else "Request failed"
         if exc.status_code == 400 and "parsing the body" in detail:
             detail = "Request body could not be parsed"
-        return APIError(exc.status_code, detail, headers=exc.headers).response()
+        headers = dict(exc.headers) if exc.headers else None
+        return APIError(exc.status_code, detail, headers=headers).response()
 
     async def on_known(request: Request, exc: Exception) -> JSONResponse:
         return from_exception(exc).response()

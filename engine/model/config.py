@@ -83,7 +83,10 @@ class Qwen35Config:
         text = raw.get("text_config") or raw
         if text is not raw:
             # The wrapper's tie flag is authoritative for the official checkpoints.
-            text = {**text, "tie_word_embeddings": raw.get("tie_word_embeddings", text.get("tie_word_embeddings"))}
+            text = {
+                **text,
+                "tie_word_embeddings": raw.get("tie_word_embeddings", text.get("tie_word_embeddings")),
+            }
 
         def need(key: str) -> Any:
             if key not in text:

@@ -36,7 +36,9 @@ class GDNMeta:
     @staticmethod
     def from_batch(fb: ForwardBatch) -> GDNMeta:
         nd = fb.num_decodes
-        lens = [b - a for a, b in zip(fb.query_start_loc_cpu[nd:], fb.query_start_loc_cpu[nd + 1 :])]
+        lens = [
+            b - a for a, b in zip(fb.query_start_loc_cpu[nd:], fb.query_start_loc_cpu[nd + 1 :], strict=False)
+        ]
         return GDNMeta(
             num_decodes=nd,
             prefill_qsl=fb.query_start_loc[nd:] - nd,
@@ -64,7 +66,7 @@ class GatedDeltaNet(nn.Module):
         super().__init__()
         self.cfg = cfg
         nv = cfg.linear_num_value_heads
-        self.splits = (cfg.conv_dim, cfg.value_dim, nv, nv)  # qkv | z | b | a
+        self.splits = [cfg.conv_dim, cfg.value_dim, nv, nv]  # qkv | z | b | a
         self.in_proj = _param(sum(self.splits), cfg.hidden_size, dtype=dtype)
         self.conv_weight = _param(cfg.conv_dim, cfg.linear_conv_kernel_dim, dtype=dtype)
         # HF has no keep-in-fp32 modules, so A_log and the norm weight live in the model dtype.
@@ -101,7 +103,7 @@ class GatedDeltaNet(nn.Module):
                 )
             )
         qkv = parts[0] if len(parts) == 1 else torch.cat(parts)
-        q, k, v = torch.split(qkv, (cfg.key_dim, cfg.key_dim, cfg.value_dim), dim=-1)
+        q, k, v = torch.split(qkv, [cfg.key_dim, cfg.key_dim, cfg.value_dim], dim=-1)
         q = q.reshape(t, cfg.linear_num_key_heads, cfg.linear_key_head_dim)
         k = k.reshape(t, cfg.linear_num_key_heads, cfg.linear_key_head_dim)
         v = v.reshape(t, cfg.linear_num_value_heads, cfg.linear_value_head_dim)
@@ -139,7 +141,7 @@ class GatedAttention(nn.Module):
         super().__init__()
         self.cfg = cfg
         h, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.splits = (2 * h * d, hkv * d, hkv * d)  # per-head [query | gate] interleaved | k | v
+        self.splits = [2 * h * d, hkv * d, hkv * d]  # per-head [query | gate] interleaved | k | v
         self.qkv_proj = _param(sum(self.splits), cfg.hidden_size, dtype=dtype)
         self.q_norm = _param(d, dtype=dtype)
         self.k_norm = _param(d, dtype=dtype)

@@ -17,7 +17,9 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: Qwen35Config, layer_type: str, dtype: torch.dtype):
         super().__init__()
         self.is_linear = layer_type == LINEAR
-        self.mixer: nn.Module = GatedDeltaNet(cfg, dtype) if self.is_linear else GatedAttention(cfg, dtype)
+        self.mixer: GatedDeltaNet | GatedAttention = (
+            GatedDeltaNet(cfg, dtype) if self.is_linear else GatedAttention(cfg, dtype)
+        )
         self.input_norm = nn.Parameter(torch.empty(cfg.hidden_size, dtype=dtype), requires_grad=False)
         self.post_norm = nn.Parameter(torch.empty(cfg.hidden_size, dtype=dtype), requires_grad=False)
         self.mlp = MLP(cfg, dtype)
@@ -50,14 +52,16 @@ class Qwen35Model(nn.Module):
         ops, eps = self.ops, self.cfg.rms_norm_eps
         h = F.embedding(fb.input_ids, self.embed_tokens)  # [T, hidden]
         meta = GDNMeta.from_batch(fb)
-        for i, layer in enumerate(self.layers):
+        layer: DecoderLayer
+        for i, layer in enumerate(self.layers):  # type: ignore[assignment]
             x = ops.rms_norm(h, layer.input_norm, eps)
-            if layer.is_linear:
+            mixer = layer.mixer
+            if isinstance(mixer, GatedDeltaNet):
                 j = self._linear_idx[i]
-                x = layer.mixer(x, meta, cache.conv_state[j], cache.ssm_state[j], ops)
+                x = mixer(x, meta, cache.conv_state[j], cache.ssm_state[j], ops)
             else:
                 j = self._full_idx[i]
-                x = layer.mixer(x, fb, cache.k_cache[j], cache.v_cache[j], ops)
+                x = mixer(x, fb, cache.k_cache[j], cache.v_cache[j], ops)
             h = h + x
             h = h + layer.mlp(ops.rms_norm(h, layer.post_norm, eps))
         h = ops.rms_norm(h[fb.logits_indices], self.norm, eps)

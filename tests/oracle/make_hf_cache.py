@@ -1,6 +1,6 @@
 """Regenerate tests/oracle/hf_cache.json from HF transformers (run after changing cases.py).
 
-    python -m tests.oracle.make_hf_cache
+python -m tests.oracle.make_hf_cache
 """
 
 from __future__ import annotations

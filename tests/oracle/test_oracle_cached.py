@@ -29,7 +29,7 @@ def test_cached_oracle(name, tmp_path):
         assert ok, f"{name}: logits differ from cached HF by {diff:.3g} > {bound:.3g}"
         STATS["assertions"] += 1
     outs = harness.ds_greedy(runner, PROMPTS, NUM_TOKENS)
-    for p, o in zip(entry["prompts"], outs):
+    for p, o in zip(entry["prompts"], outs, strict=True):
         assert o == p["greedy"], f"{name}: {o} != cached HF {p['greedy']}"
         STATS["assertions"] += 1
     STATS["cases"].add(("cached", name))

@@ -38,7 +38,7 @@ def test_greedy_tokens_match_hf(case):
     name, hf, ds_dir = case
     runner = harness.ds_runner(ds_dir)
     ours = harness.ds_greedy(runner, PROMPTS, NUM_TOKENS)
-    for p, o in zip(hf["prompts"], ours):
+    for p, o in zip(hf["prompts"], ours, strict=True):
         assert o == p["greedy"], f"{name}: prompt {p['prompt'][:6]}...: {o} != HF {p['greedy']}"
         STATS["assertions"] += 1
     # The oracle only proves something if the model's outputs are not degenerate.
@@ -50,7 +50,7 @@ def test_batched_and_chunked_match_single(case):
     name, hf, ds_dir = case
     runner = harness.ds_runner(ds_dir)
     ours = harness.generate(runner, PROMPTS, NUM_TOKENS, prefill_chunks=[1, 7, 64, 13])
-    for p, o in zip(hf["prompts"], ours):
+    for p, o in zip(hf["prompts"], ours, strict=True):
         assert o == p["greedy"], f"{name}: chunked+batched output differs for prompt {p['prompt'][:6]}"
         STATS["assertions"] += 1
 
@@ -62,8 +62,7 @@ def test_cache_file_is_current(case):
     name, hf, _ = case
     cached = json.loads(harness.CACHE_FILE.read_text())[name]
     assert [p["greedy"] for p in cached["prompts"]] == [p["greedy"] for p in hf["prompts"]]
-    for c, h in zip(cached["prompts"], hf["prompts"]):
+    for c, h in zip(cached["prompts"], hf["prompts"], strict=True):
         rows = torch.tensor(c["logits"])
         assert harness.close(rows, h["all_logits"][c["logit_rows"]], 1e-5)[0]
     STATS["assertions"] += 1
-

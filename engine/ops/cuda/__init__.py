@@ -31,3 +31,12 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
         "recurrent_gated_delta_rule": functools.partial(delta.recurrent_gated_delta_rule, arms=arms),
         "gated_rms_norm": norm.gated_rms_norm,
     }
+
+
+def unsupported_reason(key_head_dim: int, value_head_dim: int, dtype_name: str) -> str | None:
+    """Why the CUDA kernels cannot run a model of these shapes (None when they can)."""
+    if key_head_dim != 128 or value_head_dim != 128:
+        return f"GDN head dims {key_head_dim}/{value_head_dim} (kernels are built for 128/128)"
+    if dtype_name != "bfloat16":
+        return f"dtype {dtype_name} (kernels take bfloat16 activations)"
+    return None
