@@ -136,8 +136,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         lp_obj = None
         if k is not None and out.logprobs:
             lp_obj = chat_logprobs(tok, out.new_token_ids, out.logprobs, k)
-        if out.new_text or out.finished or lp_obj:
-            delta = {"content": out.new_text} if out.new_text else {}
+        if out.new_text or out.finished or lp_obj or out.new_token_ids:
+            delta = {"content": out.new_text} if out.new_text or out.new_token_ids else {}
             choice = {
                 "index": index,
                 "delta": delta,

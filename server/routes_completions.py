@@ -343,7 +343,9 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         first = not c.seen_output
         c.add(out, st)
         text, lp_obj = piece(c, out.new_text, list(out.new_token_ids), out.logprobs, first)
-        if not (text or out.finished or (lp_obj and lp_obj["tokens"])):
+        # One chunk per engine output that carries tokens, even when the text is still held back
+        # (an incomplete UTF-8 sequence): clients then see every token's arrival, as from vLLM.
+        if not (text or out.finished or out.new_token_ids or (lp_obj and lp_obj["tokens"])):
             return []
         reason = out.finish_reason if out.finished else None
         stop_reason = out.stop_reason if out.finished else None
