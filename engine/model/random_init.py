@@ -105,12 +105,24 @@ def random_state_dict(
     for name, (shape, kind) in text_shapes(text_config).items():
         gen.manual_seed(_seed_for(seed, name))
         tdtype = torch.float32 if kind in FP32_KINDS else dtype
-        out[name] = _sample(shape, kind, gen, tdtype, dev)
+        out[name] = _sample(shape, kind, gen, tdtype, dev, _out_gain(int(text_config["num_hidden_layers"])))
     return out
 
 
+def _out_gain(num_layers: int) -> float:
+    """Output-projection gain: 8 for the 4-layer tiny model, shrinking as 1/sqrt(depth) so a 32-layer
+    stack (2.8) keeps every layer's contribution without turning chaotic: with 8 in all 32 layers, bf16
+    rounding alone flipped the 4B dummy model's greedy tokens at the first step."""
+    return min(_SCALES["out"], max(1.0, _SCALES["out"] * math.sqrt(4 / max(num_layers, 1))))
+
+
 def _sample(
-    shape: tuple[int, ...], kind: str, gen: torch.Generator, dtype: torch.dtype, device: torch.device
+    shape: tuple[int, ...],
+    kind: str,
+    gen: torch.Generator,
+    dtype: torch.dtype,
+    device: torch.device,
+    out_gain: float,
 ) -> torch.Tensor:
     if kind == "a_log":
         # A in [1, 16] like HF's init: decays exp(-A * softplus(.)) spread from slow to fast.
@@ -120,7 +132,7 @@ def _sample(
     if kind == "gated_norm":
         return torch.randn(shape, generator=gen, device=device, dtype=dtype).mul_(0.1).add_(1.0)
     if kind in ("in", "out"):
-        std = _SCALES[kind] / math.sqrt(shape[-1])
+        std = (out_gain if kind == "out" else _SCALES["in"]) / math.sqrt(shape[-1])
     else:
         std = _SCALES[kind]
     # Sampling straight into the target dtype avoids a float32 copy of the 248320-row embedding.

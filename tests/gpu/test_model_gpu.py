@@ -47,20 +47,43 @@ def runner_4b(tmp: Path, backend: str, seqs: int = 33, blocks: int = 1280) -> Mo
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_oracle_cases_bf16_cuda_close_to_hf_fp32(name, tmp_path):
+    """bf16 on CUDA vs the CPU fp32 HF logits. These tiny random models amplify rounding, so the bar is
+    HF transformers' own bf16 CUDA error on the same weights (when transformers is present), else 5%."""
     cached = json.loads(harness.CACHE_FILE.read_text())[name]
-    _, ds_dir, _ = write_case(name, tmp_path)
+    hf_dir, ds_dir, _ = write_case(name, tmp_path)
     runner = harness.ds_runner(ds_dir, dtype="bfloat16", device="cuda")
-    worst = 0.0
+    hf = _hf_bf16(hf_dir)
+    ours_err = hf_err = 0.0
     for p in cached["prompts"]:
-        ours = harness.ds_prefill_logits(runner, p["prompt"])[p["logit_rows"]]
         ref = torch.tensor(p["logits"])
-        err = ((ours - ref).abs().max() / ref.abs().max().clamp_min(1.0)).item()
-        worst = max(worst, err)
-        assert err < 5e-2, f"{name}: bf16 CUDA logits off by {err:.3g} of the logit scale"
-    report(test="oracle_bf16_cuda", case=name, worst_rel_err=worst)
+        scale = ref.abs().max().clamp_min(1.0)
+        ours = harness.ds_prefill_logits(runner, p["prompt"])[p["logit_rows"]]
+        ours_err = max(ours_err, ((ours - ref).abs().max() / scale).item())
+        if hf is not None:
+            with torch.no_grad():
+                theirs = (
+                    hf(torch.tensor([p["prompt"]], device="cuda")).logits[0, p["logit_rows"]].float().cpu()
+                )
+            hf_err = max(hf_err, ((theirs - ref).abs().max() / scale).item())
+    report(test="oracle_bf16_cuda", case=name, ours_rel_err=ours_err, hf_bf16_rel_err=hf_err if hf else None)
+    bar = max(2 * hf_err, 0.05) if hf is not None else 0.05
+    assert ours_err <= bar, (
+        f"{name}: bf16 CUDA logits off by {ours_err:.3g} of the logit scale (bar {bar:.3g})"
+    )
+
+
+def _hf_bf16(hf_dir: Path):
+    try:
+        from transformers import Qwen3_5ForCausalLM
+    except ImportError:
+        return None
+    return Qwen3_5ForCausalLM.from_pretrained(hf_dir, dtype=torch.bfloat16).cuda().eval()
 
 
 def test_qwen35_4b_dummy_prefill_and_decode(tmp_path):
+    gc.collect()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     runner = runner_4b(tmp_path, backend="torch")
     params = runner.model.num_parameters()
@@ -77,35 +100,61 @@ def test_qwen35_4b_dummy_prefill_and_decode(tmp_path):
         test="qwen35_4b_dummy",
         parameters=params,
         weights_gib=params * 2 / 2**30,
-        peak_allocated_gib=torch.cuda.max_memory_allocated() / 2**30,
+        allocated_before_gib=before / 2**30,
+        peak_allocated_gib=(torch.cuda.max_memory_allocated() - before) / 2**30,
         device_used_gib=(total - free) / 2**30,
         kv_blocks=runner.num_kv_blocks,
     )
 
 
 def test_cuda_kernels_match_torch_reference_end_to_end(tmp_path):
-    """Greedy tokens of the 4B dummy model with the CuPy GDN kernels vs the torch reference ops:
-    8 prompts of 1,024 tokens, 64 steps. A divergence must come from a bf16 near-tie."""
+    """The 4B dummy model with the CuPy GDN kernels vs the torch reference ops, both bf16, against the
+    fp32 reference as truth: the kernels' prefill logits are no further from fp32 than the reference
+    ops' own bf16 logits; then greedy tokens for 8 prompts of 1,024 tokens over 64 steps, where a
+    divergence must come from a near-tie (top-2 margin below 1e-2 of the logit scale in fp32)."""
     pytest.importorskip("cupy")
     ref = runner_4b(tmp_path, backend="torch", seqs=9, blocks=300)
     ker = runner_4b(tmp_path, backend="cuda", seqs=9, blocks=300)
     assert ker.gdn_backend == "cuda"
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 248000, (1024,), generator=g).tolist() for _ in range(8)]
+    truth = _runner_4b_fp32(tmp_path)
+    t = harness.ds_prefill_logits(truth, prompts[0])
+
+    def rel(x: torch.Tensor) -> float:
+        return ((x - t).norm() / t.norm()).item()
+
+    err_ref, err_ker = (
+        rel(harness.ds_prefill_logits(ref, prompts[0])),
+        rel(harness.ds_prefill_logits(ker, prompts[0])),
+    )
+    report(test="cuda_vs_torch_prefill_logits", ref_bf16_rel_err=err_ref, cuda_bf16_rel_err=err_ker)
+    assert err_ker <= 1.5 * err_ref + 1e-3, (err_ker, err_ref)
     a = generate(ref, prompts, 64)
     b = generate(ker, prompts, 64)
-    equal = 0
+    equal, unexplained = 0, []
     for i, (x, y) in enumerate(zip(a, b, strict=True)):
         if x == y:
             equal += 1
             continue
         k = next(j for j in range(64) if x[j] != y[j])
-        logits = harness.ds_prefill_logits(ref, prompts[i] + x[:k])[-1]
+        logits = harness.ds_prefill_logits(truth, prompts[i] + x[:k])[-1]
         top2 = logits.topk(2).values
-        margin = (top2[0] - top2[1]).item()
-        report(test="cuda_vs_torch_divergence", prompt=i, step=k, margin=margin)
-        assert margin < 1e-2 * max(1.0, top2[0].abs().item()), f"prompt {i} diverges at {k}, margin {margin}"
-    report(test="cuda_vs_torch", prompts=8, steps=64, identical=equal)
+        margin = (top2[0] - top2[1]).item() / max(1.0, top2[0].abs().item())
+        report(test="cuda_vs_torch_divergence", prompt=i, step=k, fp32_rel_margin=margin)
+        if margin >= 1e-2:
+            unexplained.append((i, k, margin))
+    report(test="cuda_vs_torch_greedy", prompts=8, steps=64, identical=equal, unexplained=unexplained)
+    assert not unexplained, unexplained
+
+
+def _runner_4b_fp32(tmp: Path) -> ModelRunner:
+    d = tmp / "qwen3.5-4b"
+    mc = ModelConfig(model=str(d), dtype="float32", device="cuda", load_format="dummy", gdn_backend="torch")
+    cfg = EngineConfig(
+        model=mc, cache=CacheConfig(num_gpu_blocks_override=300), scheduler=SchedulerConfig(max_num_seqs=2)
+    )
+    return ModelRunner(cfg)
 
 
 def test_engine_lifetime_three_rounds(tmp_path):
@@ -141,17 +190,23 @@ def test_engine_lifetime_three_rounds(tmp_path):
         finally:
             await llm.shutdown()
 
-    gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    base = torch.cuda.memory_allocated()
+    def settle() -> int:
+        # The engine thread's cuBLAS workspace lives in torch's allocator until cleared.
+        gc.collect()
+        torch.cuda.synchronize()
+        if hasattr(torch._C, "_cuda_clearCublasWorkspaces"):
+            torch._C._cuda_clearCublasWorkspaces()
+        torch.cuda.empty_cache()
+        return torch.cuda.memory_allocated()
+
+    base = settle()
+    used0 = torch.cuda.mem_get_info()
     results = []
     for _ in range(3):
         results.append(asyncio.run(one_round()))
-        gc.collect()
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        assert torch.cuda.memory_allocated() == base, "device memory not returned after shutdown"
+        assert settle() == base, "device memory not returned after shutdown"
+    free_after = torch.cuda.mem_get_info()[0]
+    report(test="engine_lifetime_mem", free_before=used0[0], free_after=free_after)
     assert results[0] == results[1] == results[2]
     report(test="engine_lifetime", backend=backend, rounds=3, allocated_after=torch.cuda.memory_allocated())
 
