@@ -52,6 +52,7 @@ packages=(
     httpx==0.28.1
     httpcore==1.0.9
     certifi==2026.10.19.post1
+    opentelemetry-api==1.45.2
 )
 
 # pip matches each manylinux tag exactly, so list the usual ones (binary wheels name one of them).

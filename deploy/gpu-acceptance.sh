@@ -23,8 +23,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     timeout 420 "$PY" -m pytest tests/gpu -m gpu -q -rA -p no:cacheprovider 2>&1 | tail -n 60 | tee "$out/gpu-tests.log"
 fi
 
-wait_health() {  # $1 = port, $2 = seconds
+wait_health() {  # $1 = port, $2 = seconds, $3 = server pid (give up at once if it exits)
     for _ in $(seq "$2"); do
+        kill -0 "$3" 2>/dev/null || return 1
         "$PY" - "$1" <<'EOF' && return 0
 import sys, httpx
 try:
@@ -41,7 +42,7 @@ echo "== Qwen3.5-4B dummy server"
 "$PY" -m engine.cli serve --model "$ckpt" --load-format dummy --max-num-batched-tokens 2048 \
     --num-gpu-blocks-override 1280 --port "$PORT" "$@" >"$out/server-4b.log" 2>&1 &
 srv=$!
-if wait_health "$PORT" 300; then
+if wait_health "$PORT" 300 "$srv"; then
     "$PY" -m client "The capital of France is" --max-tokens 16 --stream --base-url "http://127.0.0.1:$PORT" \
         | tee "$out/stream-4b.txt"
     timeout 300 "$PY" -m loadgen run --dataset "$w1" --concurrency 32 --num-warmups 2 --no-progress \
@@ -59,7 +60,7 @@ echo "4B server exit code $?"
 echo "== tiny model on CUDA"
 "$PY" -m engine.cli serve --port "$((PORT + 1))" >"$out/server-tiny.log" 2>&1 &
 srv=$!
-if wait_health "$((PORT + 1))" 120; then
+if wait_health "$((PORT + 1))" 120 "$srv"; then
     "$PY" -m client "Hello, how are you?" --max-tokens 24 --stream --base-url "http://127.0.0.1:$((PORT + 1))" \
         | tee "$out/stream-tiny.txt"
 fi
