@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import subprocess
 import time
@@ -276,7 +277,10 @@ async def run_benchmark(cfg: RunConfig, records: list[dict]) -> dict:
 
 
 def git_commit() -> str | None:
-    """The commit of the checkout loadgen runs from (read-only), or None outside a checkout."""
+    """The commit of the checkout loadgen runs from (read-only); $DELTASERVE_GIT_COMMIT where the tree
+    travels without .git (offline GPU hosts); else None."""
+    if os.environ.get("DELTASERVE_GIT_COMMIT"):
+        return os.environ["DELTASERVE_GIT_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"],

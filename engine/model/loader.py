@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,8 +112,11 @@ def _copy_into(params: dict[str, torch.nn.Parameter], tgt: Target, name: str, t:
     dst[tgt.row_offset : tgt.row_offset + rows].copy_(t.to(dtype=dst.dtype))
 
 
-def load_weights(model: Qwen35Model, tensors: dict[str, torch.Tensor] | Path) -> int:
-    """Fill ``model`` from a checkpoint directory or a name->tensor dict. Returns tensors loaded."""
+def load_weights(
+    model: Qwen35Model, tensors: dict[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]] | Path
+) -> int:
+    """Fill ``model`` from a checkpoint directory, a name->tensor dict or (name, tensor) pairs.
+    Returns the number of tensors loaded."""
     from safetensors import safe_open
 
     expected = expected_tensors(model.cfg)
@@ -135,6 +139,9 @@ def load_weights(model: Qwen35Model, tensors: dict[str, torch.Tensor] | Path) ->
 
     if isinstance(tensors, dict):
         for raw, t in tensors.items():
+            take(raw, lambda t=t: t)
+    elif not isinstance(tensors, Path):
+        for raw, t in tensors:
             take(raw, lambda t=t: t)
     else:
         for f in checkpoint_files(tensors):
@@ -162,15 +169,17 @@ def build_model(
     with torch.device(device):
         model = Qwen35Model(cfg, ops, dtype)
     if load_format == "dummy":
-        from engine.model.random_init import random_state_dict
+        from engine.model.random_init import iter_random_tensors
 
         raw = json.loads((path / "config.json").read_text())
         text = raw.get("text_config") or raw
         text = {**text, "tie_word_embeddings": cfg.tie_word_embeddings}
-        n = load_weights(model, random_state_dict(text, seed=seed, dtype=dtype, device=device))
+        n = load_weights(model, iter_random_tensors(text, seed=seed, dtype=dtype, device=device))
     elif load_format in ("auto", "safetensors"):
         n = load_weights(model, path)
     else:
         raise ValueError(f"unknown load_format {load_format!r} (auto, safetensors or dummy)")
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()  # loading temporaries must not count as the server's memory
     log.info("loaded %d tensors, %.3f B parameters (%s, %s)", n, model.num_parameters() / 1e9, dtype, device)
     return model.eval()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -99,14 +99,24 @@ def random_state_dict(
     device: str | torch.device = "cpu",
 ) -> dict[str, torch.Tensor]:
     """Seeded random text weights, HF names with the ``model.`` prefix (not ``model.language_model.``)."""
+    return dict(iter_random_tensors(text_config, seed, dtype, device))
+
+
+def iter_random_tensors(
+    text_config: Mapping[str, Any],
+    seed: int,
+    dtype: torch.dtype,
+    device: str | torch.device = "cpu",
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The same tensors as :func:`random_state_dict`, one at a time, so a loader can copy each into
+    its parameter and drop it: the model is never held twice on the device."""
     dev = torch.device(device)
     gen = torch.Generator(device=dev)
-    out: dict[str, torch.Tensor] = {}
+    gain = _out_gain(int(text_config["num_hidden_layers"]))
     for name, (shape, kind) in text_shapes(text_config).items():
         gen.manual_seed(_seed_for(seed, name))
         tdtype = torch.float32 if kind in FP32_KINDS else dtype
-        out[name] = _sample(shape, kind, gen, tdtype, dev, _out_gain(int(text_config["num_hidden_layers"])))
-    return out
+        yield name, _sample(shape, kind, gen, tdtype, dev, gain)
 
 
 def _out_gain(num_layers: int) -> float:
