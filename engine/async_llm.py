@@ -123,12 +123,12 @@ class AsyncLLM:
         request_id: str,
         stop: Sequence[str] = (),
         skip_special_tokens: bool = True,
-    ) -> AsyncGenerator[RequestOutput, None]:
+    ) -> RequestStream:
         return self.generate_wave([(prompt_token_ids, params, request_id, stop)], skip_special_tokens)[0]
 
     def generate_wave(
         self, items: Sequence[WaveItem], skip_special_tokens: bool = True
-    ) -> list[AsyncGenerator[RequestOutput, None]]:
+    ) -> list[RequestStream]:
         """Admit all items together (one wave) or none: every check runs before anything is queued."""
         if self._dead is not None or self._closing:
             raise EngineDeadError(self._dead or "engine is shutting down")
@@ -156,7 +156,7 @@ class AsyncLLM:
                 self._flush_handle = self._loop.call_later(window / 1000.0, self._flush_wave)
             else:
                 self._flush_handle = self._loop.call_soon(self._flush_wave)
-        return [self._stream(st) for st in states]
+        return [RequestStream(self, st) for st in states]
 
     def _validate(self, ids: Sequence[int], params: SamplingParams) -> None:
         if len(ids) == 0:
@@ -339,3 +339,35 @@ class AsyncLLM:
             pass
         await asyncio.to_thread(self.client.shutdown)
         self._fail_all(EngineDeadError("engine shut down"))
+
+
+class RequestStream:
+    """One request's outputs as an async iterator. Closing it before the end (``aclose``, or dropping
+    it unread) aborts the request in the engine; a plain async generator would not, since its
+    ``finally`` never runs when it was never started."""
+
+    def __init__(self, llm: AsyncLLM, st: RequestState) -> None:
+        self._llm, self._st = llm, st
+        self._gen = llm._stream(st)
+
+    @property
+    def request_id(self) -> str:
+        return self._st.request_id
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        return await self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        await self._gen.aclose()
+        if not self._st.finished:
+            self._llm._abort(self._st, None)
+
+    def __del__(self) -> None:
+        if not self._st.finished:
+            try:
+                self._llm._loop.call_soon_threadsafe(self._llm._abort, self._st, None)
+            except RuntimeError:  # the loop is closed: nothing left to free
+                pass

@@ -108,6 +108,32 @@ async def test_early_close_aborts_in_engine():
         await llm.shutdown()
 
 
+async def test_unstarted_stream_closed_or_dropped_aborts():
+    """A wave member nobody iterates (closed at once, or just dropped) must still free its resources."""
+    import gc
+
+    llm = await make_llm()
+    try:
+        a, b = llm.generate_wave(
+            [
+                ([1, 2, 3], SamplingParams(max_tokens=400), "u1", ()),
+                ([4, 5], SamplingParams(max_tokens=400), "u2", ()),
+            ]
+        )
+        await a.aclose()
+        del b
+        gc.collect()
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            stats = await llm.call_utility("stats")
+            if llm.num_unfinished == 0 and stats["kv_blocks_used"] == 0 and stats["slots_used"] == 0:
+                break
+        assert llm.num_unfinished == 0
+        assert (stats["kv_blocks_used"], stats["slots_used"]) == (0, 0)
+    finally:
+        await llm.shutdown()
+
+
 async def test_cancelled_consumer_aborts():
     llm = await make_llm(FakeRunner(512, 33, 4, max_model_len=4096, step_delay_s=0.005))
     try:
