@@ -27,7 +27,7 @@ class ModelConfig:
     gdn_backend: str = "auto"
     """torch (reference ops) or cuda (CuPy kernels); auto = cuda on GPU when CuPy imports, else torch."""
     kernel_arms: tuple[str, ...] = ()
-    """Kernel variants to enable, e.g. conv.k4 decode.regstate (see docs/KERNELS)."""
+    """Kernel variants (arms) to enable, e.g. conv.k4 decode.regstate; empty = the defaults."""
     max_model_len: int = 0
     """Context length (prompt + output); 0 = the model's max_position_embeddings capped at 32768."""
     seed: int = 0

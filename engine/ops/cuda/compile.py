@@ -10,13 +10,30 @@ for sm_120), so only ``-std=c++17`` and the ``DS_SM`` define are passed.
 from __future__ import annotations
 
 import functools
+import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-# engine/ops/cuda/compile.py -> repo root -> cuda/
-CUDA_DIR = Path(__file__).resolve().parents[3] / "cuda"
+
+def _find_cuda_dir() -> Path:
+    """Kernel sources: $DELTASERVE_CUDA_DIR, else the checkout's cuda/ (engine/ops/cuda/compile.py ->
+    repo root), else <prefix>/share/deltaserve/cuda where a non-editable install puts them."""
+    env = os.environ.get("DELTASERVE_CUDA_DIR")
+    candidates = [Path(env)] if env else []
+    candidates += [
+        Path(__file__).resolve().parents[3] / "cuda",
+        Path(sys.prefix) / "share" / "deltaserve" / "cuda",
+    ]
+    for c in candidates:
+        if (c / "arch_params.cuh").is_file():
+            return c
+    return candidates[0]
+
+
+CUDA_DIR = _find_cuda_dir()
 
 _INCLUDE = re.compile(r'^#include "([^"]+)"\s*$', re.MULTILINE)
 _ROW = re.compile(r"X\((\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)\)")
