@@ -95,7 +95,16 @@ def main(argv: list[str] | None = None) -> None:
 
     for _ in range(3):
         decode_step()
-    walls = [decode_step() for _ in range(a.decode_steps)]
+    # CUDA-graph replay (A) vs eager (B), order-alternated A B B A ..., same batch shape and state.
+    graphs = runner.graphs
+    walls_by: dict[str, list[float]] = {"graph": [], "eager": []}
+    for r in range(max(1, a.decode_steps // 4)):
+        for arm in ("graph", "eager") if r % 2 == 0 else ("eager", "graph"):
+            runner.graphs = graphs if arm == "graph" else None
+            if arm == "graph" and graphs is None:
+                continue
+            walls_by[arm] += [decode_step() for _ in range(2)]
+    runner.graphs = graphs
     # The forward alone, on the same batch shape, with CUDA events.
     toks = [[o[-1]] for o in outs]
     computed = [len(p) + len(o) - 1 for p, o in zip(prompts, outs, strict=True)]
@@ -118,8 +127,11 @@ def main(argv: list[str] | None = None) -> None:
             fwd.append((time.perf_counter() - t0) * 1e3)
     pre_ms = statistics.median(pre_times) * 1e3
     print(f"prefill step ({min(per_step, a.batch)} x {a.prompt_len} tokens): median {pre_ms:.1f} ms")
-    print(f"decode step, batch {a.batch}: wall median {statistics.median(walls) * 1e3:.2f} ms")
-    print(f"decode forward alone (CUDA events): median {statistics.median(fwd):.2f} ms")
+    for arm, ws in walls_by.items():
+        if ws:
+            med = statistics.median(ws) * 1e3
+            print(f"decode step, batch {a.batch}, {arm}: wall median {med:.2f} ms over {len(ws)} steps")
+    print(f"decode forward alone, eager (CUDA events): median {statistics.median(fwd):.2f} ms")
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     with torch.profiler.profile(activities=acts) as prof:
         for _ in range(a.profile_steps):

@@ -32,6 +32,8 @@ class ModelConfig:
     """Context length (prompt + output); 0 = the model's max_position_embeddings capped at 32768."""
     seed: int = 0
     """Seed for dummy weights and unseeded sampling."""
+    enforce_eager: bool = False
+    """Never replay decode steps from CUDA graphs (graphs are used on CUDA otherwise)."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import torch
 
 from engine.cache import ModelCache, kv_bytes_per_block, state_bytes_per_slot
 from engine.config import EngineConfig, resolve_model
+from engine.cuda_graphs import MAX_GRAPH_KV_TOKENS, DecodeGraphs
 from engine.forward_batch import ForwardBatch, SeqSpec
 from engine.model.config import Qwen35Config
 from engine.model.loader import build_model
@@ -80,6 +81,10 @@ class ModelRunner:
             cfg, self.num_kv_blocks, self.block_size, self.num_state_slots, self.dtype, self.device
         )
         self.sampler = Sampler(self.device, mc.seed)
+        self.graphs: DecodeGraphs | None = None
+        if self.device.type == "cuda" and not mc.enforce_eager:
+            max_blocks = math.ceil(self.max_model_len / self.block_size)
+            self.graphs = DecodeGraphs(self.model, self.cache, sc.max_num_seqs, max_blocks)
         log.info(
             "model runner: %d KV blocks x %d tokens (%.1f MiB), %d state slots (%.1f MiB), max_model_len %d",
             self.num_kv_blocks,
@@ -113,7 +118,13 @@ class ModelRunner:
         free, total = torch.cuda.mem_get_info(self.device)
         allowed = total * config.cache.gpu_memory_utilization - (total - free)
         states = self.num_state_slots * state_bytes_per_slot(cfg, self.dtype)
-        avail = allowed - states - activation * 1.2
+        # Decode graphs keep their own pool: the padded KV of the largest graph bucket, bf16 + fp32.
+        graphs = (
+            0
+            if config.model.enforce_eager
+            else MAX_GRAPH_KV_TOKENS * 2 * cfg.num_key_value_heads * cfg.head_dim * 6
+        )
+        avail = allowed - states - activation * 1.2 - graphs
         blocks = int(avail // kv_bytes_per_block(cfg, bs, self.dtype))
         if blocks < 2:
             raise RuntimeError(
@@ -127,8 +138,11 @@ class ModelRunner:
         return self.model(batch, self.cache)
 
     def execute_model(self, seqs: list[ScheduledSeq]) -> SamplerOutput:
-        batch = ForwardBatch.build(seqs, self.block_size, self.device)
-        logits = self.execute(batch)
+        key = self.graphs.bucket(seqs) if self.graphs is not None else None
+        if key is not None:
+            logits = self.graphs.run(seqs, key)  # type: ignore[union-attr]
+        else:
+            logits = self.execute(ForwardBatch.build(seqs, self.block_size, self.device))
         sampled = [s for s in seqs if s.sample]
         if not sampled:
             return SamplerOutput([], [])
