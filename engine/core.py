@@ -84,7 +84,10 @@ class EngineCore:
     def utility(self, call: UtilityRequest) -> UtilityResponse:
         try:
             if call.method == "stats":
-                result: Any = msgspec_to_dict(self._stats(0.0, None))
+                result: Any = {
+                    **msgspec_to_dict(self._stats(0.0, None)),
+                    "total_preemptions": self.scheduler.total_preemptions,
+                }
             elif call.method == "check":
                 self.scheduler.check_invariants()
                 result = True
