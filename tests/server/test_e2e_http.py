@@ -174,6 +174,47 @@ async def test_disconnect_mid_stream_frees_blocks_and_slot(server: tuple[str, su
     assert m["deltaserve_num_requests_running"] == 0
 
 
+async def test_disconnect_storm_frees_everything(server: tuple[str, subprocess.Popen]) -> None:
+    """RELIABILITY 7: 50 clients leave mid-stream and 50 leave while queued (non-streaming); the pools
+    are empty again within seconds and a concurrent greedy request gets its idle-server tokens."""
+    url, _ = server
+    body = {"prompt": "Storm", "max_tokens": 300, "ignore_eos": True, "stream": True}
+    greedy = {"prompt": "A quiet request", "max_tokens": 12, "temperature": 0}
+    async with httpx.AsyncClient(timeout=60) as http:
+        idle = (await http.post(f"{url}/v1/completions", json=greedy)).json()["choices"][0]["text"]
+
+    async def leave_mid_stream(http: httpx.AsyncClient) -> None:
+        async with http.stream("POST", f"{url}/v1/completions", json=body) as resp:
+            async for line in resp.aiter_lines():
+                if line.startswith("data: {"):
+                    return  # closes the connection after the first token
+
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+        streams = [asyncio.create_task(leave_mid_stream(http)) for _ in range(50)]
+        queued = [
+            asyncio.create_task(http.post(f"{url}/v1/completions", json={**body, "stream": False}))
+            for _ in range(50)
+        ]
+        concurrent = asyncio.create_task(http.post(f"{url}/v1/completions", json=greedy))
+        await asyncio.sleep(0.5)
+        for t in queued:
+            t.cancel()
+        await asyncio.gather(*streams)
+        text = (await concurrent).json()["choices"][0]["text"]
+    assert text == idle
+    deadline = time.monotonic() + 5
+    while True:
+        m = await _metrics(url)
+        if m["deltaserve_kv_blocks_used"] == 0 and m["deltaserve_state_slots_used"] == 0:
+            break
+        assert time.monotonic() < deadline, f"pools not empty 5 s after the storm: {m}"
+        await asyncio.sleep(0.1)
+    assert m["deltaserve_num_requests_running"] == 0 and m["deltaserve_num_requests_waiting"] == 0
+    async with httpx.AsyncClient(timeout=10) as http:
+        assert (await http.get(f"{url}/health")).status_code == 200
+
+
 async def test_engine_killed_ready_503_and_requests_fail(server: tuple[str, subprocess.Popen]) -> None:
     url, proc = server
     engines = [p for p in _children(proc.pid) if "resource_tracker" not in _cmdline(p)]
