@@ -170,3 +170,64 @@ def test_loadgen_against_real_server(server: str, tmp_path: Path) -> None:
     assert r["input_lens"] == [64] * 16 and r["usage_input_lens"] == r["input_lens"]
     assert r["total_input_tokens"] == 1024
     assert r["duration"] > 0 and r["mean_ttft_ms"] > 0 and r["mean_tpot_ms"] > 0
+
+
+def test_ab_on_two_real_tiny_servers(tmp_path: Path) -> None:
+    """`loadgen ab --a-cmd/--b-cmd` starts and stops two deltaserve configurations (different token
+    budgets) one at a time, A B then the A/A pair, and prints B/A ratios with the A/A noise band."""
+    ckpt = tmp_path / "tiny"
+    mk = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "make-checkpoint", str(ckpt), "--preset", "tiny"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert mk.returncode == 0, mk.stdout + mk.stderr
+    reqs = tmp_path / "req.jsonl"
+    _loadgen(
+        "pretokenize",
+        "--dataset",
+        str(SAMPLE),
+        "--tokenizer",
+        str(ckpt),
+        "-o",
+        str(reqs),
+        "--num-prompts",
+        "8",
+        "--input-len",
+        "32",
+        "--output-len",
+        "8",
+        "--seed",
+        "0",
+    )
+    port = _free_port()
+    serve = f"{sys.executable} -m engine.cli serve --model {ckpt} --port {port}"
+    out_dir = tmp_path / "ab"
+    res = _loadgen(
+        "ab",
+        "--dataset",
+        str(reqs),
+        "--a-cmd",
+        serve + " --max-num-batched-tokens 2048",
+        "--b-cmd",
+        serve + " --max-num-batched-tokens 64",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--pairs",
+        "1",
+        "--concurrency",
+        "4",
+        "--startup-timeout",
+        "120",
+        "--out-dir",
+        str(out_dir),
+        "--no-progress",
+    )
+    summary = json.loads((out_dir / "ab.json").read_text())
+    assert summary["order"] == ["A", "B", "A", "A"]
+    assert all(n == 0 for n in summary["failed"].values()), summary["failed"]
+    tput = summary["ratios"]["output_throughput"]
+    assert tput["median"] > 0 and tput["noise_lo"] is not None and tput["noise_hi"] is not None
+    assert "A/A noise band" in res.stdout and "output_throughput" in res.stdout
