@@ -109,12 +109,12 @@ def resolve_model(cfg: ModelConfig) -> ModelConfig:
                 backend = "cuda"
             except ImportError:
                 pass
-    model = cfg.model
+    model, default_name = cfg.model, ""
     if not model:
-        from engine.model.default import ensure_default_model
+        from engine.model.default import TINY_NAME, ensure_default_model
 
-        model = str(ensure_default_model(default_cache_dir()))
-    name = cfg.served_model_name or Path(model).name
+        model, default_name = str(ensure_default_model(default_cache_dir())), TINY_NAME
+    name = cfg.served_model_name or default_name or Path(model).name
     return dataclasses.replace(
         cfg, model=model, device=device, dtype=dtype, gdn_backend=backend, served_model_name=name
     )
