@@ -1,0 +1,39 @@
+"""RELIABILITY 18: schemathesis fuzzes every route of /openapi.json on the real server (tiny model,
+real ZeroMQ engine process) for a bounded number of cases; no request may produce a 5xx."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.loadgen.test_e2e_server import server  # noqa: F401  (the real-server fixture)
+
+pytestmark = pytest.mark.slow
+
+
+def test_no_server_errors_under_schema_fuzzing(server: str) -> None:  # noqa: F811
+    cli = Path(sys.executable).with_name("schemathesis")
+    assert cli.exists(), "schemathesis is part of the test extra"
+    out = subprocess.run(
+        [
+            str(cli),
+            "run",
+            f"{server}/openapi.json",
+            "--checks",
+            "not_a_server_error",
+            "--max-examples",
+            "25",
+            "--workers",
+            "1",
+            "--seed",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "passed" in out.stdout
