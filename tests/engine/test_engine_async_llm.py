@@ -226,3 +226,29 @@ async def test_admission_window_groups_requests():
         assert llm.is_ready()
     finally:
         await llm.shutdown()
+
+
+async def test_stalled_engine_turns_not_ready_then_recovers():
+    """RELIABILITY 9: requests in flight and no step finishing within the stall threshold -> not
+    ready; once steps finish again, ready. The engine stays alive throughout."""
+    runner = FakeRunner(
+        num_kv_blocks=512, num_state_slots=33, block_size=4, max_model_len=512, step_delay_s=0.6
+    )
+    cfg = EngineConfig(scheduler=SchedulerConfig(max_num_seqs=32, max_waiting_requests=8))
+    llm = await AsyncLLM.create(
+        cfg,
+        ServerConfig(engine_stall_timeout_s=0.3),
+        in_process=True,
+        runner=runner,
+        tokenizer=CharTokenizer(),
+    )
+    try:
+        assert llm.is_ready()  # idle is ready
+        it = llm.generate([1, 2, 3], SamplingParams(max_tokens=2), "slow")
+        task = asyncio.create_task(collect(it))
+        await asyncio.sleep(0.45)  # inside the first 0.6 s step: nothing finished for > 0.3 s
+        assert llm.is_alive and not llm.is_ready()
+        await task
+        assert llm.is_ready()  # no requests in flight again
+    finally:
+        await llm.shutdown()
