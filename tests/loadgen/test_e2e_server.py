@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "loadgen" / "data" / "sample_sharegpt.json"
@@ -49,12 +50,6 @@ REQUIRED_KEYS = (
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _stop(proc: subprocess.Popen) -> None:
     """Stop the server's process group (the API process forks an engine process)."""
     if proc.poll() is not None:
@@ -70,7 +65,7 @@ def _stop(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log_path = tmp_path_factory.mktemp("server") / "server.log"
-    port = _free_port()
+    port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "engine.cli", "serve", "--port", str(port)],
@@ -100,6 +95,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         _stop(proc)
 
 
+def _make_tiny(ckpt: Path) -> Path:
+    """The tiny checkpoint through the CLI, as a user would make it."""
+    mk = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "make-checkpoint", str(ckpt), "--preset", "tiny"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert mk.returncode == 0, mk.stdout + mk.stderr
+    return ckpt
+
+
 def _loadgen(*args: str) -> subprocess.CompletedProcess:
     out = subprocess.run(
         [sys.executable, "-m", "loadgen", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
@@ -109,15 +117,7 @@ def _loadgen(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_loadgen_against_real_server(server: str, tmp_path: Path) -> None:
-    ckpt = tmp_path / "tiny"
-    mk = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "make-checkpoint", str(ckpt), "--preset", "tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert mk.returncode == 0, mk.stdout + mk.stderr
+    ckpt = _make_tiny(tmp_path / "tiny")
     assert (ckpt / "tokenizer.json").is_file()
 
     reqs = tmp_path / "req.jsonl"
@@ -175,15 +175,7 @@ def test_loadgen_against_real_server(server: str, tmp_path: Path) -> None:
 def test_ab_on_two_real_tiny_servers(tmp_path: Path) -> None:
     """`loadgen ab --a-cmd/--b-cmd` starts and stops two deltaserve configurations (different token
     budgets) one at a time, A B then the A/A pair, and prints B/A ratios with the A/A noise band."""
-    ckpt = tmp_path / "tiny"
-    mk = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "make-checkpoint", str(ckpt), "--preset", "tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert mk.returncode == 0, mk.stdout + mk.stderr
+    ckpt = _make_tiny(tmp_path / "tiny")
     reqs = tmp_path / "req.jsonl"
     _loadgen(
         "pretokenize",
@@ -202,7 +194,7 @@ def test_ab_on_two_real_tiny_servers(tmp_path: Path) -> None:
         "--seed",
         "0",
     )
-    port = _free_port()
+    port = free_port()
     serve = f"{sys.executable} -m engine.cli serve --model {ckpt} --port {port}"
     out_dir = tmp_path / "ab"
     res = _loadgen(

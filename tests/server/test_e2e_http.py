@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,44 +21,16 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.procs import engine_children, free_port
+
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 ROOT = Path(__file__).resolve().parents[2]
 WAVE = 32
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _children(pid: int) -> list[int]:
-    """Direct children of ``pid`` from /proc/*/stat (field 4 is the parent pid)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name (field 2) is in parentheses and may contain spaces; split after it.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == pid:
-            out.append(int(entry.name))
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subprocess.Popen]]:
-    port = _free_port()
+    port = free_port()
     log = (tmp_path_factory.mktemp("server") / "server.log").open("w")
     cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), "--admission-window-ms", "200"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
@@ -217,7 +188,7 @@ async def test_disconnect_storm_frees_everything(server: tuple[str, subprocess.P
 
 async def test_engine_killed_ready_503_and_requests_fail(server: tuple[str, subprocess.Popen]) -> None:
     url, proc = server
-    engines = [p for p in _children(proc.pid) if "resource_tracker" not in _cmdline(p)]
+    engines = engine_children(proc.pid)
     assert engines, "no EngineCore child process found"
     async with httpx.AsyncClient(timeout=30) as http:
         assert (await http.get(f"{url}/ready")).status_code == 200

@@ -16,14 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.procs import engine_children, free_port
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _start(tmp: Path) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     log = (tmp / "server.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine.cli", "serve", "--port", str(port)], cwd=ROOT, stdout=log, stderr=log
@@ -39,19 +39,6 @@ def _start(tmp: Path) -> tuple[subprocess.Popen, str]:
             pass
         assert time.monotonic() < deadline, "server did not come up"
         time.sleep(0.25)
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
 
 
 def test_oversized_headers_slow_loris_and_sigterm_drain(tmp_path: Path) -> None:
@@ -72,11 +59,7 @@ def test_oversized_headers_slow_loris_and_sigterm_drain(tmp_path: Path) -> None:
             assert time.monotonic() - t0 < 15 and (data == b"" or data.startswith(b"HTTP/1.1 4"))
         assert httpx.get(f"{url}/health", timeout=5).status_code == 200
 
-        engines = [
-            p
-            for p in _children(proc.pid)
-            if b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()
-        ]
+        engines = engine_children(proc.pid)
         assert engines
 
         async def drain() -> tuple[str, int]:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.loadgen.test_e2e_server import server  # noqa: F401  (the real-server fixture)
+from tests.procs import children, cmdline, rss_bytes
 
 pytestmark = pytest.mark.slow
 DURATION_S = 15.0
@@ -20,31 +21,14 @@ WORKERS = 12
 
 
 def _rss_bytes(port: int) -> int:
-    """Resident memory of the server process (found by its --port) and its direct children."""
-    pids, parent = [], None
+    """Resident memory of the server process (found by its --port) and its children."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
+            cmd = cmdline(int(entry.name))
             if "engine.cli serve" in cmd and f"--port {port}" in cmd:
-                parent = int(entry.name)
-    assert parent is not None, "server process not found"
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == parent:
-                pids.append(int(entry.name))
-    total = 0
-    for pid in [parent, *pids]:
-        for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) * 1024
-    return total
+                pid = int(entry.name)
+                return rss_bytes([pid, *children(pid)])
+    raise AssertionError("server process not found")
 
 
 async def _traffic(url: str, until: float, seed: int, statuses: list[int]) -> None:
