@@ -35,6 +35,29 @@ def _bucket(x: int, buckets: Sequence[int]) -> int | None:
     return next((b for b in buckets if b >= x), None)
 
 
+def batch_buckets(max_seqs: int) -> tuple[int, ...]:
+    return tuple(b for b in BATCH_BUCKETS if b < max_seqs) + (max_seqs,)
+
+
+def block_buckets(max_blocks: int) -> tuple[int, ...]:
+    """Powers of two from 8 blocks, capped at (and ending with) the model's longest block table."""
+    return tuple(sorted({min(8 << i, max_blocks) for i in range(24) if (8 << i) < 2 * max_blocks}))
+
+
+def graph_bucket(
+    seqs: Sequence[ScheduledSeq], batches: Sequence[int], blocks: Sequence[int], block_size: int
+) -> tuple[int, int] | None:
+    """The (batch, blocks) bucket for a decode-only step, or None when it must run eagerly: a prefill
+    in the batch, a sequence without sampling, or a bucket beyond the graphs' KV budget."""
+    if not seqs or not all(len(s.token_ids) == 1 and s.num_computed > 0 and s.sample for s in seqs):
+        return None
+    b = _bucket(len(seqs), batches)
+    n = _bucket(max(len(s.block_ids) for s in seqs), blocks)
+    if b is None or n is None or b * n * block_size > MAX_GRAPH_KV_TOKENS:
+        return None
+    return b, n
+
+
 @dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph
@@ -46,21 +69,13 @@ class DecodeGraphs:
     def __init__(self, model: Qwen35Model, cache: ModelCache, max_seqs: int, max_blocks: int):
         self.model, self.cache = model, cache
         self.block_size = cache.block_size
-        self.batch_buckets = tuple(b for b in BATCH_BUCKETS if b < max_seqs) + (max_seqs,)
-        sizes = {min(8 << i, max_blocks) for i in range(24) if (8 << i) < 2 * max_blocks}
-        self.block_buckets = tuple(sorted(sizes))
+        self.batch_buckets = batch_buckets(max_seqs)
+        self.block_buckets = block_buckets(max_blocks)
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[tuple[int, int], _Graph] = {}
 
     def bucket(self, seqs: Sequence[ScheduledSeq]) -> tuple[int, int] | None:
-        """The (batch, blocks) bucket for a decode-only step, or None when it must run eagerly."""
-        if not all(len(s.token_ids) == 1 and s.num_computed > 0 and s.sample for s in seqs):
-            return None
-        b = _bucket(len(seqs), self.batch_buckets)
-        n = _bucket(max(len(s.block_ids) for s in seqs), self.block_buckets)
-        if b is None or n is None or b * n * self.block_size > MAX_GRAPH_KV_TOKENS:
-            return None
-        return b, n
+        return graph_bucket(seqs, self.batch_buckets, self.block_buckets, self.block_size)
 
     def run(self, seqs: Sequence[ScheduledSeq], key: tuple[int, int]) -> torch.Tensor:
         """Logits ``[len(seqs), vocab]`` from the graph of bucket ``key``."""

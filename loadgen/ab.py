@@ -157,6 +157,7 @@ def run_ab(
             json.dump(result, f, indent=1)
         print(format_run_table(result), file=sys.stderr)
         runs.append((arm, result))
+    ratios = ratio_stats(runs)
     summary = {
         "pairs": pairs,
         "order": run_order(pairs),
@@ -166,9 +167,9 @@ def run_ab(
         "gpu_name": runs[0][1].get("gpu_name"),
         "runs": [f"run-{i:02d}-{arm}.json" for i, (arm, _) in enumerate(runs)],
         "failed": {f"run-{i:02d}-{arm}": r["failed"] for i, (arm, r) in enumerate(runs)},
-        "ratios": ratio_stats(runs),
+        "ratios": ratios,
     }
     with open(out_dir / "ab.json", "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
-    print(ab_table(summary["ratios"]))
+    print(ab_table(ratios))
     return summary

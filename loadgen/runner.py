@@ -131,7 +131,8 @@ async def send_one(client: httpx.AsyncClient, cfg: RunConfig, model: str, rec: d
     """One streamed completion, timed with perf_counter at every network read."""
     trace = RequestTrace(prompt_len=len(rec["prompt_token_ids"]), expected_output_len=rec["output_len"])
     url = cfg.base_url.rstrip("/") + "/v1/completions"
-    parser, text, done = SSEParser(), [], False
+    parser, done = SSEParser(), False
+    text: list[str] = []
     trace.start = time.perf_counter()
     try:
         async with client.stream("POST", url, json=build_body(cfg, model, rec), headers=_headers(cfg)) as r:
