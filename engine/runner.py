@@ -85,13 +85,17 @@ class ModelRunner:
         if self.device.type == "cuda" and not mc.enforce_eager:
             max_blocks = math.ceil(self.max_model_len / self.block_size)
             self.graphs = DecodeGraphs(self.model, self.cache, sc.max_num_seqs, max_blocks)
+        kv_tokens = (self.num_kv_blocks - 1) * self.block_size
         log.info(
-            "model runner: %d KV blocks x %d tokens (%.1f MiB), %d state slots (%.1f MiB), max_model_len %d",
-            self.num_kv_blocks,
+            "capacity: %d concurrent requests (GDN state slots, %.1f MiB), %d KV tokens in %d blocks of %d "
+            "(%.1f MiB; %.1f requests at the full max_model_len %d)",
+            self.num_state_slots - 1,
+            self.num_state_slots * state_bytes_per_slot(cfg, self.dtype) / 2**20,
+            kv_tokens,
+            self.num_kv_blocks - 1,
             self.block_size,
             self.num_kv_blocks * kv_bytes_per_block(cfg, self.block_size, self.dtype) / 2**20,
-            self.num_state_slots,
-            self.num_state_slots * state_bytes_per_slot(cfg, self.dtype) / 2**20,
+            kv_tokens / self.max_model_len,
             self.max_model_len,
         )
 
