@@ -14,7 +14,7 @@ from tests.loadgen.test_e2e_server import server  # noqa: F401  (the real-server
 pytestmark = pytest.mark.slow
 
 
-def test_no_server_errors_under_schema_fuzzing(server: str) -> None:  # noqa: F811
+def test_no_server_errors_under_schema_fuzzing(server: str, tmp_path: Path) -> None:  # noqa: F811
     cli = Path(sys.executable).with_name("schemathesis")
     assert cli.exists(), "schemathesis is part of the test extra"
     out = subprocess.run(
@@ -31,6 +31,7 @@ def test_no_server_errors_under_schema_fuzzing(server: str) -> None:  # noqa: F8
             "--seed",
             "1",
         ],
+        cwd=tmp_path,  # schemathesis keeps a run cache in the working directory
         capture_output=True,
         text=True,
         timeout=300,
