@@ -268,34 +268,25 @@ def bench_prefill(fla) -> None:
         ke = k.repeat_interleave(NV // NK, dim=1)[None]
         init = st[slots.long()].contiguous()
         cu = qsl.long()
-        fo, _ = fla.chunk_gated_delta_rule(
-            qe,
-            ke,
-            v[None],
-            g[None],
-            beta[None],
-            scale=D**-0.5,
-            initial_state=init,
-            output_final_state=True,
-            cu_seqlens=cu,
-            use_qk_l2norm_in_kernel=True,
-        )
+
+        def run_fla():
+            return fla.chunk_gated_delta_rule(
+                qe,
+                ke,
+                v[None],
+                g[None],
+                beta[None],
+                scale=D**-0.5,
+                initial_state=init,
+                output_final_state=True,
+                cu_seqlens=cu,
+                use_qk_l2norm_in_kernel=True,
+            )
+
+        fo, _ = run_fla()
         print(f"  check fla chunk vs reference out rel {rel(fo[0], want):.2e}", flush=True)
         us = time_graph(
-            lambda i: (
-                lambda: fla.chunk_gated_delta_rule(
-                    qe,
-                    ke,
-                    v[None],
-                    g[None],
-                    beta[None],
-                    scale=D**-0.5,
-                    initial_state=init,
-                    output_final_state=True,
-                    cu_seqlens=cu,
-                    use_qk_l2norm_in_kernel=True,
-                )
-            ),
+            lambda i: run_fla,
             nbytes,
             max_r=2,
         )

@@ -108,6 +108,27 @@ def _make_tiny(ckpt: Path) -> Path:
     return ckpt
 
 
+def _pretokenize(ckpt: Path, out: Path, num: int, input_len: int, output_len: int) -> None:
+    """The shipped ShareGPT sample at fixed lengths, with the checkpoint's tokenizer."""
+    _loadgen(
+        "pretokenize",
+        "--dataset",
+        str(SAMPLE),
+        "--tokenizer",
+        str(ckpt),
+        "-o",
+        str(out),
+        "--num-prompts",
+        str(num),
+        "--input-len",
+        str(input_len),
+        "--output-len",
+        str(output_len),
+        "--seed",
+        "0",
+    )
+
+
 def _loadgen(*args: str) -> subprocess.CompletedProcess:
     out = subprocess.run(
         [sys.executable, "-m", "loadgen", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
@@ -121,23 +142,7 @@ def test_loadgen_against_real_server(server: str, tmp_path: Path) -> None:
     assert (ckpt / "tokenizer.json").is_file()
 
     reqs = tmp_path / "req.jsonl"
-    _loadgen(
-        "pretokenize",
-        "--dataset",
-        str(SAMPLE),
-        "--tokenizer",
-        str(ckpt),
-        "-o",
-        str(reqs),
-        "--num-prompts",
-        "16",
-        "--input-len",
-        "64",
-        "--output-len",
-        "16",
-        "--seed",
-        "0",
-    )
+    _pretokenize(ckpt, reqs, num=16, input_len=64, output_len=16)
     lines = [json.loads(x) for x in reqs.read_text().splitlines()]
     assert len(lines) == 16 and all(len(x["prompt_token_ids"]) == 64 for x in lines)
 
@@ -177,23 +182,7 @@ def test_ab_on_two_real_tiny_servers(tmp_path: Path) -> None:
     budgets) one at a time, A B then the A/A pair, and prints B/A ratios with the A/A noise band."""
     ckpt = _make_tiny(tmp_path / "tiny")
     reqs = tmp_path / "req.jsonl"
-    _loadgen(
-        "pretokenize",
-        "--dataset",
-        str(SAMPLE),
-        "--tokenizer",
-        str(ckpt),
-        "-o",
-        str(reqs),
-        "--num-prompts",
-        "8",
-        "--input-len",
-        "32",
-        "--output-len",
-        "8",
-        "--seed",
-        "0",
-    )
+    _pretokenize(ckpt, reqs, num=8, input_len=32, output_len=8)
     port = free_port()
     serve = f"{sys.executable} -m engine.cli serve --model {ckpt} --port {port}"
     out_dir = tmp_path / "ab"
