@@ -84,9 +84,47 @@ class GatedDeltaNet(nn.Module):
         ops: Ops,
     ) -> torch.Tensor:
         cfg = self.cfg
-        t = x.shape[0]
         qkv, z, b, a = torch.split(F.linear(x, self.in_proj), self.splits, dim=-1)
         nd = meta.num_decodes
+        if nd == 0 or ops.gdn_decode is None:
+            y = self._mixed(qkv, z, b, a, nd, meta, conv_state, ssm_state, ops)
+        else:
+            # decode rows through the fused kernel (K4), the prefill rows (if any) as usual
+            y = ops.gdn_decode(
+                qkv[:nd],
+                z[:nd],
+                b[:nd],
+                a[:nd],
+                self.conv_weight,
+                conv_state,
+                self.A_log,
+                self.dt_bias,
+                self.norm_weight,
+                cfg.rms_norm_eps,
+                ssm_state,
+                meta.decode_slots,
+                cfg.linear_num_key_heads,
+            )
+            if nd < x.shape[0]:
+                rest = self._mixed(qkv[nd:], z[nd:], b[nd:], a[nd:], 0, meta, conv_state, ssm_state, ops)
+                y = torch.cat([y, rest])
+        return F.linear(y, self.out_proj)
+
+    def _mixed(
+        self,
+        qkv: torch.Tensor,  # [T, C]
+        z: torch.Tensor,  # [T, Nv*dv]
+        b: torch.Tensor,  # [T, Nv]
+        a: torch.Tensor,  # [T, Nv]
+        nd: int,  # how many leading rows are decodes (the rest are meta's prefill sequences)
+        meta: GDNMeta,
+        conv_state: torch.Tensor,
+        ssm_state: torch.Tensor,
+        ops: Ops,
+    ) -> torch.Tensor:
+        """Conv, gates, delta rule and gated norm as separate ops -> [T, Nv*dv] (out_proj's input)."""
+        cfg = self.cfg
+        t = qkv.shape[0]
         parts = []
         if nd:
             parts.append(ops.causal_conv1d_decode(qkv[:nd], self.conv_weight, conv_state, meta.decode_slots))
@@ -133,7 +171,7 @@ class GatedDeltaNet(nn.Module):
         o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, Nv, dv]
         dv = cfg.linear_value_head_dim
         y = ops.gated_rms_norm(o.reshape(-1, dv), z.reshape(-1, dv), self.norm_weight, cfg.rms_norm_eps)
-        return F.linear(y.reshape(t, cfg.value_dim), self.out_proj)
+        return y.reshape(t, cfg.value_dim)
 
 
 class GatedAttention(nn.Module):

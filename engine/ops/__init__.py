@@ -45,6 +45,14 @@ paged_attention(q [T, H, D], k_cache, v_cache, block_table [B, M], query_start_l
     Token j of sequence b sits at position num_computed[b] + j and attends causally to every cached
     position <= its own (the tokens of this step must already be written). GQA: head h uses kv head
     h // (H // Hkv). Softmax in fp32.
+
+Optional fused op (``None`` in a table: the model composes the ops above instead):
+
+gdn_decode(qkv [B, C], z [B, Nv*dv], b [B, Nv], a [B, Nv], conv_weight, conv_state, A_log, dt_bias,
+           norm_weight, eps, ssm_state, state_slot [B], num_k_heads) -> y [B, Nv*dv]
+    A GDN layer's decode step from its projection outputs to out_proj's input, in one kernel
+    (KERNELS.md K4): exactly causal_conv1d_decode, gdn_gating, recurrent_gated_delta_rule and
+    gated_rms_norm in that order (``engine.ops.reference.gdn_decode`` composes them).
 """
 
 from __future__ import annotations
@@ -81,6 +89,7 @@ class Ops:
     apply_rope: Callable[..., Any]
     write_kv: Callable[..., Any]
     paged_attention: Callable[..., Any]
+    gdn_decode: Callable[..., Any] | None = None
     backend: str = "torch"
 
 

@@ -1,16 +1,21 @@
 """Chunked prefill at arbitrary split points, in a varlen batch with other sequences, gives the same
-fp32 logits as each sequence alone in one shot (tight tolerance)."""
+fp32 logits as each sequence alone in one shot (tight tolerance). The batches mix decode rows (1-token
+continuations) with prefill chunks, so the run with a fused ``gdn_decode`` op in the table checks the
+model's split of a mixed batch between the fused decode path and the unfused prefill path."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from engine.forward_batch import ForwardBatch, SeqSpec
+from engine.ops import reference
 from tests.oracle import harness
 from tests.oracle.cases import CASES, PROMPTS, write_case
 
-SPLITS = [1, 7, 64, 13]  # then the rest
+SPLITS = [1, 7, 1, 64, 1, 13]  # then the rest; a 1-token continuation is a decode row
 
 
 def _plan(n: int) -> list[int]:
@@ -23,11 +28,15 @@ def _plan(n: int) -> list[int]:
     return out + ([left] if left > 0 else [])
 
 
+@pytest.mark.parametrize("fused_decode", [False, True], ids=["unfused", "fused-decode"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_chunked_varlen_prefill_logits_equal_one_shot(name, tmp_path):
+def test_chunked_varlen_prefill_logits_equal_one_shot(name, fused_decode, tmp_path):
     _, ds_dir, _ = write_case(name, tmp_path)
     runner = harness.ds_runner(ds_dir)
     alone = [harness.ds_prefill_logits(runner, p) for p in PROMPTS]
+    if fused_decode:
+        runner.model.ops = replace(runner.model.ops, gdn_decode=reference.gdn_decode)
+    decode_rows = 0
     bs = runner.block_size
     tables, nxt = [], 1
     for p in PROMPTS:
@@ -50,9 +59,11 @@ def test_chunked_varlen_prefill_logits_equal_one_shot(name, tmp_path):
         )
         specs, owners = [specs[j] for j in order], [owners[j] for j in order]
         fb = ForwardBatch.build(specs, bs, runner.device, all_logits=True)
+        decode_rows += fb.num_decodes
         logits = runner.execute(fb).cpu()
         for j, i in enumerate(owners):
             got[i].append(logits[fb.query_start_loc_cpu[j] : fb.query_start_loc_cpu[j + 1]])
+    assert decode_rows > 0, "the split plan must produce mixed decode + prefill steps"
     for i, ref in enumerate(alone):
         ours = torch.cat(got[i])
         ok, diff, bound = harness.close(ours, ref, rel=1e-4)  # the oracle gate's bound

@@ -6,7 +6,12 @@ padded lengths come from host ints (``max_query_len``, ``max_seq_len``).
 
 from engine.ops.reference.attention import apply_rope, paged_attention, write_kv
 from engine.ops.reference.conv import causal_conv1d_decode, causal_conv1d_prefill
-from engine.ops.reference.gdn import chunk_gated_delta_rule, gdn_gating, recurrent_gated_delta_rule
+from engine.ops.reference.gdn import (
+    chunk_gated_delta_rule,
+    gdn_decode,
+    gdn_gating,
+    recurrent_gated_delta_rule,
+)
 from engine.ops.reference.norm import gated_rms_norm, rms_norm
 
 __all__ = [
@@ -15,6 +20,7 @@ __all__ = [
     "causal_conv1d_prefill",
     "chunk_gated_delta_rule",
     "gated_rms_norm",
+    "gdn_decode",
     "gdn_gating",
     "paged_attention",
     "recurrent_gated_delta_rule",

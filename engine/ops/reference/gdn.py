@@ -155,3 +155,44 @@ def recurrent_gated_delta_rule(
 
     ssm_state.index_copy_(0, slots, state.to(ssm_state.dtype))
     return out.to(v.dtype)
+
+
+def gdn_decode(
+    qkv: torch.Tensor,
+    z: torch.Tensor,
+    b: torch.Tensor,
+    a: torch.Tensor,
+    conv_weight: torch.Tensor,
+    conv_state: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    ssm_state: torch.Tensor,
+    state_slot: torch.Tensor,
+    num_k_heads: int,
+) -> torch.Tensor:
+    """A GDN layer's whole decode step between its two projections, as the unfused ops run it.
+
+    qkv ``[B, C]``, z ``[B, Nv*dv]``, b, a ``[B, Nv]`` -> y ``[B, Nv*dv]`` in qkv.dtype (the input
+    of out_proj). The semantics a fused decode kernel (KERNELS.md K4) must reproduce.
+    """
+    from engine.ops.reference.conv import causal_conv1d_decode
+    from engine.ops.reference.norm import gated_rms_norm
+
+    nb, nv = a.shape
+    dv = norm_weight.shape[0]
+    dk = (qkv.shape[1] - nv * dv) // (2 * num_k_heads)
+    x = causal_conv1d_decode(qkv, conv_weight, conv_state, state_slot)
+    q, k, v = torch.split(x, [num_k_heads * dk, num_k_heads * dk, nv * dv], dim=-1)
+    g, beta = gdn_gating(a, b, A_log, dt_bias)
+    o = recurrent_gated_delta_rule(
+        q.reshape(nb, num_k_heads, dk),
+        k.reshape(nb, num_k_heads, dk),
+        v.reshape(nb, nv, dv),
+        g,
+        beta,
+        ssm_state,
+        state_slot,
+    )
+    return gated_rms_norm(o.reshape(-1, dv), z.reshape(-1, dv), norm_weight, eps).reshape(nb, nv * dv)
