@@ -18,8 +18,10 @@
 // TOK: tokens per thread; the K-1 previous inputs slide through registers, so one thread reads each
 // input once (TOK = 8 is arm conv.chunk8, 16 is conv.postconv_tile16, 1 is the plain per-token grid).
 // grid: (ceil(C / (8 * THREADS)), ceil(max_query_len / TOK), B)
+// Min blocks per SM: ptxas' own choice (0) except for the k4 instantiations, where it picked 96
+// registers and spilled on sm_120; 2 gives them room without a spill on sm_90 and sm_120.
 template <int KT, int TOK, int THREADS>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, KT == 4 ? 2 : 0)
     conv_prefill_kernel(const bf16_t* __restrict__ x, int x_stride, const bf16_t* __restrict__ weight,
                         const bf16_t* __restrict__ conv_state, const int* __restrict__ qsl,
                         const int* __restrict__ slots, const unsigned char* __restrict__ has_init,
