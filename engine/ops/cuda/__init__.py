@@ -10,7 +10,14 @@ import functools
 from collections.abc import Callable
 
 ARMS = frozenset(
-    {"conv.chunk8", "conv.k4", "conv.postconv_tile16", "decode.regstate", "decode.vec_writeback"}
+    {
+        "conv.chunk8",
+        "conv.k4",
+        "conv.postconv_tile16",
+        "conv.vec4",
+        "decode.regstate",
+        "decode.vec_writeback",
+    }
 )
 DEFAULT_ARMS = frozenset({"conv.chunk8"})
 

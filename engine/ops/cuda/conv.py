@@ -2,7 +2,8 @@
 
 Arms: ``conv.k4`` (width-4 specialisation, taps unrolled), ``conv.chunk8`` (8 tokens per thread,
 the default), ``conv.postconv_tile16`` (16 tokens per thread in four-warp CTAs); with neither token
-arm each thread computes one token.
+arm each thread computes one token. ``conv.vec4``: the prefill kernel takes 4 channels per thread
+instead of 8 (about half the registers, twice the resident warps).
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def _tok(arms: frozenset[str]) -> int:
     return 8 if "conv.chunk8" in arms else 1
 
 
+def _vec(arms: frozenset[str]) -> int:
+    return 4 if "conv.vec4" in arms else VEC
+
+
 def _kt(arms: frozenset[str], K: int) -> int:
     return 4 if ("conv.k4" in arms and K == 4) else 0
 
@@ -83,12 +88,12 @@ def causal_conv1d_prefill(
         return out
     qsl, slots, hinit = as_i32(query_start_loc), as_i32(state_slot), as_u8(has_initial_state)
     threads = arch_params().conv_threads
-    tok = _tok(arms)
-    fn = kernel(SRC, f"conv_prefill_kernel<{_kt(arms, K)}, {tok}, {threads}>")
+    tok, vec = _tok(arms), _vec(arms)
+    fn = kernel(SRC, f"conv_prefill_kernel<{_kt(arms, K)}, {tok}, {threads}, {vec}>")
     gx = -(-C // (VEC * threads))
     launch(
         fn,
-        (gx, -(-max_query_len // tok), B),
+        (-(-C // (vec * threads)), -(-max_query_len // tok), B),
         (threads,),
         (
             ptr(x),
