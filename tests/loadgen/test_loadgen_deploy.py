@@ -103,3 +103,14 @@ def test_build_wheelhouse_script_parses() -> None:
         assert out.returncode == 0, out.stdout
     help_text = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True).stdout
     assert "--with-deps" in help_text
+
+
+@pytest.mark.parametrize("name", ["gpu-acceptance.sh", "ab-arms.sh"])
+def test_gpu_host_scripts_parse(name: str) -> None:
+    """The GPU-host scripts cannot run here; they must at least parse (and pass shellcheck if present)."""
+    script = DEPLOY / name
+    assert script.stat().st_mode & 0o111, f"{name} must be executable"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    if shutil.which("shellcheck"):
+        out = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# End-to-end, order-alternated A/B of two kernel-arm sets (KERNELS.md: an arm is kept only if it wins
+# here), on one GPU: both servers stay up side by side (two Qwen3.5-4B dummy servers take ~50 GB), so
+# no run pays a server start, and `loadgen ab` alternates A B, B A, ... then an A/A pair for noise.
+#
+# Usage: deploy/ab-arms.sh CKPT_4B W1_JSONL OUT_DIR "ARMS_A" "ARMS_B" [PAIRS] [extra serve flags...]
+#   ARMS_*  space-separated arm names for --kernel-arms ("" = the defaults), e.g. "conv.chunk8 decode.regstate"
+#   PAIRS   alternated A/B pairs before the A/A pair (default 2)
+# Env: PY (default python3), PORT_A/PORT_B (8001/8002).
+# Output: OUT_DIR/ab.json (per-metric B/A ratios and the A/A band), run-*.json, server logs.
+set -uo pipefail
+ckpt=$1 w1=$2 out=$3 arms_a=$4 arms_b=$5 pairs=${6:-2}
+shift $(($# < 6 ? $# : 6))
+PY=${PY:-python3}
+PORT_A=${PORT_A:-8001}
+PORT_B=${PORT_B:-8002}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+
+serve() {  # $1 = port, $2 = arms, $3 = log, then extra serve flags; prints the pid
+    local port=$1 arms=$2 log=$3
+    shift 3
+    # shellcheck disable=SC2086  # the arm list is meant to split into words
+    "$PY" -m engine.cli serve --model "$ckpt" --load-format dummy --max-num-batched-tokens 2048 \
+        --num-gpu-blocks-override 1280 --port "$port" ${arms:+--kernel-arms $arms} "$@" >"$log" 2>&1 &
+    echo $!
+}
+
+wait_health() {  # $1 = port, $2 = seconds, $3 = pid
+    for _ in $(seq "$2"); do
+        kill -0 "$3" 2>/dev/null || return 1
+        "$PY" -c 'import sys, httpx; sys.exit(httpx.get(sys.argv[1], timeout=1).status_code != 200)' \
+            "http://127.0.0.1:$1/health" 2>/dev/null && return 0
+        sleep 1
+    done
+    return 1
+}
+
+a=$(serve "$PORT_A" "$arms_a" "$out/server-A.log" "$@")
+b=$(serve "$PORT_B" "$arms_b" "$out/server-B.log" "$@")
+trap 'kill -TERM "$a" "$b" 2>/dev/null; wait "$a" "$b" 2>/dev/null' EXIT
+if ! wait_health "$PORT_A" 400 "$a" || ! wait_health "$PORT_B" 400 "$b"; then
+    echo "a server did not become healthy; see $out/server-*.log" >&2
+    tail -n 20 "$out"/server-*.log >&2
+    exit 1
+fi
+echo "A: --kernel-arms ${arms_a:-(defaults)}   B: --kernel-arms ${arms_b:-(defaults)}" | tee "$out/arms.txt"
+"$PY" -m loadgen ab --a-url "http://127.0.0.1:$PORT_A" --b-url "http://127.0.0.1:$PORT_B" --pairs "$pairs" \
+    --dataset "$w1" --concurrency 32 --num-warmups 2 --no-progress --out-dir "$out" 2>"$out/ab.log" \
+    | tee "$out/ab-table.txt"
+exit "${PIPESTATUS[0]}"
