@@ -108,10 +108,15 @@ def test_qwen35_4b_dummy_prefill_and_decode(tmp_path):
 
 
 def test_cuda_kernels_match_torch_reference_end_to_end(tmp_path):
-    """The 4B dummy model with the CuPy GDN kernels vs the torch reference ops, both bf16, against the
-    fp32 reference as truth: the kernels' prefill logits are no further from fp32 than the reference
-    ops' own bf16 logits. Greedy tokens for 8 prompts of 1,024 tokens over 64 steps are compared and
-    each first divergence's fp32 top-2 margin is reported to the evidence file."""
+    """The 4B dummy model with the CuPy GDN kernels vs the torch reference ops, both bf16.
+
+    1. On the dummy weights as served (chaotic: bf16 vs fp32 logits of the *same* backend differ by
+       ~1.41 relative, i.e. are uncorrelated), the kernels' prefill logits are no further from the fp32
+       reference than the reference ops' own bf16 logits.
+    2. On the same weights with every output projection (out_proj, o_proj, down) scaled by 2**-3, a
+       well-conditioned random model where bf16 rounding no longer decorrelates the logits, greedy
+       tokens of 8 prompts of 1,024 tokens over 64 steps are equal, or the first divergence is a
+       near-tie: fp32 top-2 margin below 1e-2 of the top logit (the issue's acceptance)."""
     pytest.importorskip("cupy")
     ref = runner_4b(tmp_path, backend="torch", seqs=9, blocks=300)
     ker = runner_4b(tmp_path, backend="cuda", seqs=9, blocks=300)
@@ -119,16 +124,23 @@ def test_cuda_kernels_match_torch_reference_end_to_end(tmp_path):
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 248000, (1024,), generator=g).tolist() for _ in range(8)]
     truth = _runner_4b_fp32(tmp_path)
-    t = harness.ds_prefill_logits(truth, prompts[0])
 
-    def rel(x: torch.Tensor) -> float:
-        return ((x - t).norm() / t.norm()).item()
+    def errs() -> tuple[float, float]:
+        t = harness.ds_prefill_logits(truth, prompts[0])
 
-    err_ref, err_ker = (
-        rel(harness.ds_prefill_logits(ref, prompts[0])),
-        rel(harness.ds_prefill_logits(ker, prompts[0])),
-    )
-    report(test="cuda_vs_torch_prefill_logits", ref_bf16_rel_err=err_ref, cuda_bf16_rel_err=err_ker)
+        def rel(x: torch.Tensor) -> float:
+            return ((x - t).norm() / t.norm()).item()
+
+        return tuple(rel(harness.ds_prefill_logits(r, prompts[0])) for r in (ref, ker))  # type: ignore[return-value]
+
+    err_ref, err_ker = errs()
+    report(test="cuda_vs_torch_prefill_logits", weights="dummy", ref_rel=err_ref, cuda_rel=err_ker)
+    assert err_ker <= 1.5 * err_ref + 1e-3, (err_ker, err_ref)
+
+    for r in (ref, ker, truth):
+        _tame(r.model, 2**-3)
+    err_ref, err_ker = errs()
+    report(test="cuda_vs_torch_prefill_logits", weights="tamed", ref_rel=err_ref, cuda_rel=err_ker)
     assert err_ker <= 1.5 * err_ref + 1e-3, (err_ker, err_ref)
     a = generate(ref, prompts, 64)
     b = generate(ker, prompts, 64)
@@ -144,10 +156,16 @@ def test_cuda_kernels_match_torch_reference_end_to_end(tmp_path):
         report(test="cuda_vs_torch_divergence", prompt=i, step=k, fp32_rel_margin=margin)
         if margin >= 1e-2:
             unexplained.append((i, k, margin))
-    # Not asserted: the dummy 4B weights are chaotic (bf16 vs fp32 logits of the *same* op backend
-    # differ by ~1.41 relative, i.e. uncorrelated), so two correct bf16 backends diverge greedily.
-    # The accuracy parity asserted above is what this test can prove on random weights.
-    report(test="cuda_vs_torch_greedy", prompts=8, steps=64, identical=equal, unexplained=unexplained)
+    report(test="cuda_vs_torch_greedy", weights="tamed", identical=equal, of=8, unexplained=unexplained)
+    assert not unexplained, f"divergences not explained by a near-tie: {unexplained}"
+
+
+def _tame(model: torch.nn.Module, factor: float) -> None:
+    """Scale the output projections in place (a power of two: bf16 weights stay exact)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.rsplit(".", 1)[-1] in ("out_proj", "o_proj", "down"):
+                p.mul_(factor)
 
 
 def _runner_4b_fp32(tmp: Path) -> ModelRunner:
