@@ -254,7 +254,7 @@ def _small_ckpt(tmp: Path) -> Path:
     return d
 
 
-def _small_runner(d: Path, dtype: str, backend: str, eager: bool) -> ModelRunner:
+def _small_runner(d: Path, dtype: str, backend: str, eager: bool, arms: tuple[str, ...] = ()) -> ModelRunner:
     mc = ModelConfig(
         model=str(d),
         dtype=dtype,
@@ -262,6 +262,7 @@ def _small_runner(d: Path, dtype: str, backend: str, eager: bool) -> ModelRunner
         load_format="dummy",
         gdn_backend=backend,
         enforce_eager=eager,
+        kernel_arms=arms,
     )
     cfg = EngineConfig(
         model=mc, cache=CacheConfig(num_gpu_blocks_override=64), scheduler=SchedulerConfig(max_num_seqs=8)
@@ -311,3 +312,21 @@ def test_graph_and_eager_runners_generate_same_tokens(tmp_path):
     assert g.graphs is not None and len(g.graphs.graphs) >= 1  # the graph path really ran
     assert a == b
     report(test="graph_vs_eager_tokens", prompts=6, steps=24, graphs=len(g.graphs.graphs))
+
+
+def test_fused_decode_in_the_model_equals_four_launches(tmp_path):
+    """Arm decode.fused (K4: a GDN layer's decode step in one launch) in the whole model, eager and
+    through CUDA graphs: greedy tokens over 24 steps equal the four-launch CUDA path's (the kernel is
+    bitwise equal to that composition; a chaotic tiny model would turn any difference into tokens)."""
+    pytest.importorskip("cupy")
+    d = _small_ckpt(tmp_path)
+    prompts = [[(7 * i + j * 13) % 400 for j in range(20 + 9 * i)] for i in range(6)]
+    toks = {}
+    for arms in (("conv.chunk8", "decode.regstate"), ("conv.chunk8", "decode.regstate", "decode.fused")):
+        for eager in (True, False):
+            r = _small_runner(d, "bfloat16", "cuda", eager=eager, arms=arms)
+            assert (r.ops.gdn_decode is not None) == ("decode.fused" in arms)
+            toks[arms, eager] = generate(r, prompts, 24)
+    first = next(iter(toks.values()))
+    assert all(t == first for t in toks.values()), {k: t == first for k, t in toks.items()}
+    report(test="fused_decode_model_tokens", prompts=6, steps=24, variants=len(toks))

@@ -15,6 +15,7 @@ ARMS = frozenset(
         "conv.k4",
         "conv.postconv_tile16",
         "conv.vec4",
+        "decode.fused",
         "decode.regstate",
         "decode.vec_writeback",
     }
@@ -27,10 +28,13 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
     unknown = set(arms) - ARMS
     if unknown:
         raise ValueError(f"unknown kernel arms {sorted(unknown)}; known: {sorted(ARMS)}")
-    from engine.ops.cuda import conv, delta, gating, norm
+    from engine.ops.cuda import conv, decode, delta, gating, norm
 
     arms = frozenset(arms)
-    return {
+    fused: dict[str, Callable] = {}
+    if "decode.fused" in arms:  # K4: a GDN layer's decode step in one launch (``Ops.gdn_decode``)
+        fused["gdn_decode"] = functools.partial(decode.gdn_decode, arms=arms)
+    return fused | {
         "causal_conv1d_prefill": functools.partial(conv.causal_conv1d_prefill, arms=arms),
         "causal_conv1d_decode": functools.partial(conv.causal_conv1d_decode, arms=arms),
         "gdn_gating": gating.gdn_gating,
