@@ -15,7 +15,13 @@ CUDA_DIR = Path(__file__).resolve().parents[1] / "cuda"
 SOURCES = sorted(CUDA_DIR.glob("*.cu"))
 ARCHS = (120, 90)
 # hot kernels: no spill allowed
-HOT = ("gdn_delta_kernel", "conv_prefill_kernel", "conv_decode_kernel", "gdn_decode_kernel")
+HOT = (
+    "gdn_delta_kernel",
+    "conv_prefill_kernel",
+    "conv_decode_kernel",
+    "gdn_decode_kernel",
+    "gdn_chunk_kernel",
+)
 SMEM_LIMIT = 99 * 1024
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)' for 'sm_(\d+)'")

@@ -1,5 +1,7 @@
 """``python -m engine.ops.bench``: correctness at W1 shapes, then timings of the CUDA GDN kernels and
-arms beside fla's Triton kernels (when ``fla`` imports) and the torch reference.
+arms beside fla's Triton kernels (when ``fla`` imports) and the torch reference. The fused decode
+(K4) and tensor-core prefill benches live in ``bench_decode.py`` / ``bench_chunk.py`` and run here too
+(``--only decode_fused`` / ``--only prefill_tc``).
 
 W1 shapes: Qwen3.5-4B GDN layer (Nk 16, Nv 32, dk = dv = 128, 8192 conv channels); prefill
 32 x 1,024 tokens; decode at batch 1, 8, 32, 64. Timing: each measured region is captured R times
@@ -329,7 +331,9 @@ def bench_prefill(fla) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("conv", "decode", "prefill"), action="append")
+    ap.add_argument(
+        "--only", choices=("conv", "decode", "prefill", "decode_fused", "prefill_tc"), action="append"
+    )
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
@@ -341,15 +345,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fla not available ({type(e).__name__}: {e}); timing without it")
         fla = None
     print(f"device {torch.cuda.get_device_name()} torch {torch.__version__}", flush=True)
-    only = set(args.only or ("conv", "decode", "prefill"))
+    only = set(args.only or ("conv", "decode", "prefill", "decode_fused", "prefill_tc"))
     if "conv" in only:
         bench_conv(fla is not None)
     if "decode" in only:
         bench_decode(fla)
     if "prefill" in only:
         bench_prefill(fla)
+    if "decode_fused" in only:  # K4 (engine/ops/bench_decode.py)
+        from engine.ops import bench_decode as k4
+
+        k4.bench(fla)
+    if "prefill_tc" in only:  # tensor-core K2+K3 (engine/ops/bench_chunk.py)
+        from engine.ops import bench_chunk as tc
+
+        tc.bench(fla)
+    rows = list(ROWS)
+    imported = sys.modules.get("engine.ops.bench")  # bench_decode/bench_chunk add rows there when
+    if imported is not None and imported is not sys.modules[__name__]:  # this file runs as __main__
+        rows += imported.ROWS
     print("\n| op | shape | impl | us | TB/s | note |\n|---|---|---|---|---|---|")
-    for op, shape, impl, us, bw, note in ROWS:
+    for op, shape, impl, us, bw, note in rows:
         print(f"| {op} | {shape} | {impl} | {us:.1f} | {bw / 1e12:.2f} | {note} |")
     return 0
 

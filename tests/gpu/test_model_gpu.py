@@ -330,3 +330,25 @@ def test_fused_decode_in_the_model_equals_four_launches(tmp_path):
     first = next(iter(toks.values()))
     assert all(t == first for t in toks.values()), {k: t == first for k, t in toks.items()}
     report(test="fused_decode_model_tokens", prompts=6, steps=24, variants=len(toks))
+
+
+def test_tensorcore_prefill_in_the_model_as_accurate(tmp_path):
+    """Arm prefill.tensorcore (chunked K2+K3 on mma.sync) in the whole model: prefill logits of
+    multi-chunk prompts, in one varlen batch with a 1-token and a 63-token prompt, are no further from
+    the fp32 reference than the fp32-recurrent CUDA kernel's, and greedy tokens agree with it."""
+    pytest.importorskip("cupy")
+    d = _small_ckpt(tmp_path)
+    truth = _small_runner(d, "float32", "torch", eager=True)
+    old = _small_runner(d, "bfloat16", "cuda", eager=True, arms=("conv.chunk8",))
+    tc = _small_runner(d, "bfloat16", "cuda", eager=True, arms=("conv.chunk8", "prefill.tensorcore"))
+    assert tc.ops.chunk_gated_delta_rule is not old.ops.chunk_gated_delta_rule
+    prompts = [[(7 * i + j * 13) % 400 for j in range(n)] for i, n in enumerate((300, 1, 63, 200))]
+    errs = []
+    for p in prompts:
+        t = harness.ds_prefill_logits(truth, p)
+        e_old, e_tc = (((harness.ds_prefill_logits(r, p) - t).norm() / t.norm()).item() for r in (old, tc))
+        errs.append((e_old, e_tc))
+        assert e_tc <= 1.5 * e_old + 1e-3, (len(p), e_old, e_tc)
+    a, b = generate(old, prompts, 16), generate(tc, prompts, 16)
+    same = sum(x == y for x, y in zip(a, b, strict=True))
+    report(test="tensorcore_prefill_model", rel_errs=errs, greedy_identical=same, of=len(prompts))

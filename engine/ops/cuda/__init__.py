@@ -18,6 +18,7 @@ ARMS = frozenset(
         "decode.fused",
         "decode.regstate",
         "decode.vec_writeback",
+        "prefill.tensorcore",
     }
 )
 DEFAULT_ARMS = frozenset({"conv.chunk8"})
@@ -28,17 +29,19 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
     unknown = set(arms) - ARMS
     if unknown:
         raise ValueError(f"unknown kernel arms {sorted(unknown)}; known: {sorted(ARMS)}")
-    from engine.ops.cuda import conv, decode, delta, gating, norm
+    from engine.ops.cuda import chunk, conv, decode, delta, gating, norm
 
     arms = frozenset(arms)
     fused: dict[str, Callable] = {}
     if "decode.fused" in arms:  # K4: a GDN layer's decode step in one launch (``Ops.gdn_decode``)
         fused["gdn_decode"] = functools.partial(decode.gdn_decode, arms=arms)
+    # K2+K3 on tensor cores (mma.sync); without the arm the fp32 token-recurrent kernel runs
+    prefill = chunk.chunk_gated_delta_rule if "prefill.tensorcore" in arms else delta.chunk_gated_delta_rule
     return fused | {
         "causal_conv1d_prefill": functools.partial(conv.causal_conv1d_prefill, arms=arms),
         "causal_conv1d_decode": functools.partial(conv.causal_conv1d_decode, arms=arms),
         "gdn_gating": gating.gdn_gating,
-        "chunk_gated_delta_rule": functools.partial(delta.chunk_gated_delta_rule, arms=arms),
+        "chunk_gated_delta_rule": functools.partial(prefill, arms=arms),
         "recurrent_gated_delta_rule": functools.partial(delta.recurrent_gated_delta_rule, arms=arms),
         "gated_rms_norm": norm.gated_rms_norm,
     }
