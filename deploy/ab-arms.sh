@@ -7,7 +7,10 @@
 #   ARMS_*  space-separated arm names for --kernel-arms ("" = the defaults), e.g. "conv.chunk8 decode.regstate"
 #   PAIRS   alternated A/B pairs before the A/A pair (default 2)
 # Env: PY (default python3), PORT_A/PORT_B (8001/8002).
-# Output: OUT_DIR/ab.json (per-metric B/A ratios and the A/A band), run-*.json, server logs.
+# Output: OUT_DIR/ab.json (per-metric B/A ratios and the A/A band), run-*.json, server logs, and
+# peak-memory.txt: each server's peak device memory after all its runs. The servers persist across
+# runs, so their peak is cumulative and ab.json's per-run server_peak_memory_bytes ratios are not a
+# fair memory comparison; compare the two final peaks instead.
 set -uo pipefail
 ckpt=$1 w1=$2 out=$3 arms_a=$4 arms_b=$5 pairs=${6:-2}
 shift $(($# < 6 ? $# : 6))
@@ -48,4 +51,11 @@ echo "A: --kernel-arms ${arms_a:-(defaults)}   B: --kernel-arms ${arms_b:-(defau
 "$PY" -m loadgen ab --a-url "http://127.0.0.1:$PORT_A" --b-url "http://127.0.0.1:$PORT_B" --pairs "$pairs" \
     --dataset "$w1" --concurrency 32 --num-warmups 2 --no-progress --out-dir "$out" 2>"$out/ab.log" \
     | tee "$out/ab-table.txt"
-exit "${PIPESTATUS[0]}"
+rc=${PIPESTATUS[0]}
+for arm in A B; do
+    port=$PORT_A
+    [ "$arm" = B ] && port=$PORT_B
+    "$PY" -c 'import httpx, sys; print(httpx.get(sys.argv[1]).text)' "http://127.0.0.1:$port/metrics" \
+        | grep -E '^deltaserve_peak_device_memory_bytes' | sed "s/^/$arm /"
+done | tee "$out/peak-memory.txt"
+exit "$rc"

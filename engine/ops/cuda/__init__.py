@@ -21,7 +21,10 @@ ARMS = frozenset(
         "prefill.tensorcore",
     }
 )
-DEFAULT_ARMS = frozenset({"conv.chunk8"})
+# Kept by the end-to-end A/B of docs/bench-evidence/2026-11-29-s2-gdn-kernels.md (run 2): W1 5% faster,
+# TTFT -7%, TPOT -4.5%, every metric outside the A/A band. conv.chunk8 + conv.k4 is the fastest
+# conv set among those A/B-tested end to end; conv.vec4 (faster still at kernel level) has not been.
+DEFAULT_ARMS = frozenset({"conv.chunk8", "conv.k4", "decode.fused", "prefill.tensorcore"})
 
 
 def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
