@@ -4,7 +4,7 @@
 # no run pays a server start, and `loadgen ab` alternates A B, B A, ... then an A/A pair for noise.
 #
 # Usage: deploy/ab-arms.sh CKPT_4B W1_JSONL OUT_DIR "ARMS_A" "ARMS_B" [PAIRS] [extra serve flags...]
-#   ARMS_*  space-separated arm names for --kernel-arms ("" = the defaults), e.g. "conv.chunk8 decode.regstate"
+#   ARMS_*  space-separated arm names for --kernel-arms ("" = the defaults), e.g. "conv.chunk8 conv.k4 conv.vec4"
 #   PAIRS   alternated A/B pairs before the A/A pair (default 2)
 # Env: PY (default python3), PORT_A/PORT_B (8001/8002).
 # Output: OUT_DIR/ab.json (per-metric B/A ratios and the A/A band), run-*.json, server logs, and

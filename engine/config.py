@@ -28,8 +28,7 @@ class ModelConfig:
     """torch (reference ops) or cuda (CuPy kernels); auto = cuda on GPU when CuPy imports, else torch."""
     kernel_arms: tuple[str, ...] = ()
     """The full set of kernel variants (arms) to use; empty = the defaults (conv.chunk8 conv.k4
-    decode.fused prefill.tensorcore). Others: conv.vec4, conv.postconv_tile16, decode.regstate,
-    decode.vec_writeback (engine/ops/cuda/__init__.py)."""
+    decode.fused prefill.tensorcore). Also known: conv.vec4 (engine/ops/cuda/__init__.py)."""
     max_model_len: int = 0
     """Context length (prompt + output); 0 = the model's max_position_embeddings capped at 32768."""
     seed: int = 0

@@ -113,7 +113,6 @@ def bench_conv(fla_ok: bool) -> None:
     arm_sets = [
         frozenset({"conv.chunk8"}),
         frozenset({"conv.chunk8", "conv.k4"}),
-        frozenset({"conv.postconv_tile16", "conv.k4"}),
         frozenset({"conv.chunk8", "conv.vec4"}),
         frozenset({"conv.chunk8", "conv.k4", "conv.vec4"}),
         frozenset(),
@@ -159,17 +158,11 @@ def decode_inputs(B: int, r: int):
 
 
 def bench_decode(fla) -> None:
-    arm_sets = [
-        frozenset(),
-        frozenset({"decode.regstate"}),
-        frozenset({"decode.vec_writeback"}),
-        frozenset({"decode.regstate", "decode.vec_writeback"}),
-    ]
     for B in (1, 8, 32, 64):
-        _bench_decode_batch(fla, B, arm_sets)
+        _bench_decode_batch(fla, B)
 
 
-def _bench_decode_batch(fla, B: int, arm_sets) -> None:
+def _bench_decode_batch(fla, B: int) -> None:
     state_bytes = B * NV * D * D * 4 * 2
     r = max(2, min(64, -(-4 * L2_BYTES // state_bytes)))
     q, k, v, g, beta, st, slots = decode_inputs(B, r)
@@ -177,23 +170,11 @@ def _bench_decode_batch(fla, B: int, arm_sets) -> None:
     want = ref.recurrent_gated_delta_rule(q[0], k[0], v[0], g[0], beta[0], s1, slots[0])
     got = delta.recurrent_gated_delta_rule(q[0], k[0], v[0], g[0], beta[0], s2, slots[0])
     print(f"  check decode B={B} out rel {rel(got, want):.2e} state rel {rel(s2, s1):.2e}", flush=True)
-    for order in (arm_sets, arm_sets[::-1]):
-        for arms in order:
-            us = time_graph(
-                lambda i, arms=arms: (
-                    lambda: delta.recurrent_gated_delta_rule(
-                        q[i], k[i], v[i], g[i], beta[i], st, slots[i], arms=arms
-                    )
-                ),
-                state_bytes,
-            )
-            row(
-                "gdn decode (recurrent)",
-                f"B={B}",
-                "cuda " + ("+".join(sorted(arms)) or "plain"),
-                us,
-                state_bytes,
-            )
+    us = time_graph(
+        lambda i: lambda: delta.recurrent_gated_delta_rule(q[i], k[i], v[i], g[i], beta[i], st, slots[i]),
+        state_bytes,
+    )
+    row("gdn decode (recurrent)", f"B={B}", "cuda recurrent kernel", us, state_bytes)
     if fla is not None:
         qe = q.repeat_interleave(NV // NK, dim=2)
         ke = k.repeat_interleave(NV // NK, dim=2)
@@ -229,7 +210,7 @@ def _bench_decode_batch(fla, B: int, arm_sets) -> None:
     A_log, dt_bias = torch.rand(NV, device=DEV), bf16(NV)
     z = bf16(r, B * NV, D)
     nw = torch.rand(D, device=DEV) + 0.5
-    best = frozenset({"conv.k4", "decode.regstate", "decode.vec_writeback"})
+    best = frozenset({"conv.k4"})
 
     def layer(i, arms=best):
         def call():

@@ -25,7 +25,7 @@ C = (2 * NK + NV) * D
 VD = NV * D
 EPS = 1e-6
 DEV = "cuda"
-FOUR_OP_ARMS = frozenset({"conv.k4", "decode.regstate"})
+FOUR_OP_ARMS = frozenset({"conv.k4"})
 
 
 def _inputs(batch: int, r: int):
@@ -111,7 +111,7 @@ def _bench_batch(fla, batch: int) -> None:
         qkv, z, b, a = sets[i]
         return lambda: four_op(qkv, z, b, a, w, cst, A_log, dt_bias, nw, sst, slots[i])
 
-    impls = [("cuda fused K4 (1 launch)", fused), ("cuda 4 ops conv.k4+decode.regstate", four)]
+    impls = [("cuda fused K4 (1 launch)", fused), ("cuda 4 ops conv.k4", four)]
     best: dict[str, float] = {}
     for order in (impls, impls[::-1]):  # each timed twice, order reversed
         for name, make in order:

@@ -13,11 +13,8 @@ ARMS = frozenset(
     {
         "conv.chunk8",
         "conv.k4",
-        "conv.postconv_tile16",
         "conv.vec4",
         "decode.fused",
-        "decode.regstate",
-        "decode.vec_writeback",
         "prefill.tensorcore",
     }
 )

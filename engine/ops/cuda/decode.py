@@ -7,8 +7,7 @@ state in registers, the gated norm in the epilogue (the .cu header records the g
 lost and were removed). The Nv / Nk CTAs that share a key head's q|k conv state meet through int32
 counters in a per-device buffer: allocated once, zeroed, and left at zero by every launch. Launches
 that may run concurrently on different streams must not share it.
-Arms: ``decode.regstate`` is what this kernel always does (state in registers), and
-``decode.vec_writeback`` is ignored (the output is written by the norm warp in 8-byte stores).
+``arms`` is accepted for the ops table and not used: the state always lives in registers.
 """
 
 from __future__ import annotations
@@ -113,7 +112,7 @@ def gdn_decode(
     bf16 and ssm_state [S, Nv, 128, 128] fp32 pools, updated in place for slots > 0 (slot <= 0 is
     padding: zero state, pools untouched, the row of y still written); A_log, dt_bias [Nv] and
     norm_weight [128] bf16 or fp32; state_slot [B] int. ``arms`` is accepted for the ops table and
-    ignored (see the module docstring).
+    not used.
     """
     op = "gdn_decode"
     nk = int(num_k_heads)

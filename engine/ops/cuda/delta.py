@@ -1,9 +1,11 @@
 """Wrappers for cuda/gdn_delta.cu: the gated delta rule for prefill (varlen) and decode.
 
 Both ops run the same register-resident recurrent kernel; see the .cu header for the math and the
-thread layout. Arms: ``decode.regstate`` (state straight between DRAM and registers; off = staged
-through shared memory with warp-coalesced copies), ``decode.vec_writeback`` (16-byte output stores).
-Prefill always uses the register path with 8-byte output stores.
+thread layout. The default engine uses it for neither (decode: the fused K4 kernel in ``decode.py``;
+prefill: the tensor-core kernel in ``chunk.py``); it stays as their non-default arms and as the
+simplest correct kernel to compare them with. The arms it once had lost and were removed
+(docs/bench-evidence/2026-11-29-s2-gdn-kernels.md): staging the state through shared memory
+(1.3x slower at batch 32) and 16-byte output stores (no measurable effect).
 """
 
 from __future__ import annotations
@@ -58,13 +60,10 @@ def _check(op, q, k, v, g, beta, ssm_state):
     return T, nk, nv, g, beta
 
 
-def _launch(q, k, v, g, beta, ssm_state, qsl, slots, hinit, out, B, nk, nv, regstate, vec_out):
+def _launch(q, k, v, g, beta, ssm_state, qsl, slots, hinit, out, B, nk, nv):
     p = arch_params()
     cols_cta = (32 // p.delta_rg) * 4 * p.delta_warps
-    name = (
-        f"gdn_delta_kernel<{DK}, {DV}, {p.delta_rg}, {p.delta_warps}, "
-        f"{'true' if regstate else 'false'}, {'true' if vec_out else 'false'}>"
-    )
+    name = f"gdn_delta_kernel<{DK}, {DV}, {p.delta_rg}, {p.delta_warps}>"
     fn = kernel(SRC, name)
     null = 0
     launch(
@@ -140,8 +139,6 @@ def chunk_gated_delta_rule(
         B,
         nk,
         nv,
-        regstate=True,
-        vec_out=False,
     )
     return out
 
@@ -170,7 +167,5 @@ def recurrent_gated_delta_rule(
         B,
         nk,
         nv,
-        regstate="decode.regstate" in arms,
-        vec_out="decode.vec_writeback" in arms,
     )
     return out
