@@ -26,6 +26,8 @@ CONV_ARMS = [
     frozenset({"conv.chunk8", "conv.k4"}),
     frozenset({"conv.chunk8", "conv.vec4"}),
     frozenset({"conv.chunk8", "conv.k4", "conv.vec4"}),
+    frozenset({"conv.tile16", "conv.vec4"}),
+    frozenset({"conv.tile16", "conv.k4", "conv.vec4"}),
 ]
 
 
