@@ -33,7 +33,7 @@ __device__ __forceinline__ void zerov(uint2& u) { u = make_uint2(0u, 0u); }
 // KT > 0: width fixed at compile time (arm conv.k4, all taps unrolled without predicates);
 // KT == 0: runtime width kw <= CONV_KMAX, taps predicated.
 // TOK: tokens per thread; the K-1 previous inputs slide through registers, so one thread reads each
-// input once (TOK = 8 is arm conv.chunk8, 16 is conv.tile16, 1 is the plain per-token grid).
+// input once (TOK = 8 is arm conv.chunk8, 1 is the plain per-token grid).
 // grid: (ceil(C / (VEC * THREADS)), ceil(max_query_len / TOK), B)
 // Min blocks per SM: ptxas' own choice (0) except for the k4 instantiations, where it picked 96
 // registers and spilled on sm_120; 2 gives them room without a spill on sm_90 and sm_120.
@@ -213,7 +213,6 @@ __global__ void __launch_bounds__(THREADS)
 #define P_ ArchParams<DS_SM>
 template __global__ void conv_prefill_kernel<4, 8, P_::conv_threads, 8>(const bf16_t*, int, const bf16_t*, const bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
 template __global__ void conv_prefill_kernel<4, 8, P_::conv_threads, 4>(const bf16_t*, int, const bf16_t*, const bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
-template __global__ void conv_prefill_kernel<4, 16, P_::conv_threads, 4>(const bf16_t*, int, const bf16_t*, const bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
 template __global__ void conv_prefill_kernel<0, 8, P_::conv_threads, 4>(const bf16_t*, int, const bf16_t*, const bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
 template __global__ void conv_prefill_kernel<0, 8, P_::conv_threads, 8>(const bf16_t*, int, const bf16_t*, const bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
 template __global__ void conv_prefill_kernel<0, 1, P_::conv_threads, 8>(const bf16_t*, int, const bf16_t*, const bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);

@@ -115,7 +115,6 @@ def bench_conv(fla_ok: bool) -> None:
         frozenset({"conv.chunk8", "conv.k4"}),
         frozenset({"conv.chunk8", "conv.vec4"}),
         frozenset({"conv.chunk8", "conv.k4", "conv.vec4"}),
-        frozenset({"conv.tile16", "conv.k4", "conv.vec4"}),
         frozenset(),
     ]
     for order in (arm_sets, arm_sets[::-1]):  # ABBA: each arm timed twice, order reversed

@@ -26,8 +26,6 @@ CONV_ARMS = [
     frozenset({"conv.chunk8", "conv.k4"}),
     frozenset({"conv.chunk8", "conv.vec4"}),
     frozenset({"conv.chunk8", "conv.k4", "conv.vec4"}),
-    frozenset({"conv.tile16", "conv.vec4"}),
-    frozenset({"conv.tile16", "conv.k4", "conv.vec4"}),
 ]
 
 

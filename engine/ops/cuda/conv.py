@@ -3,9 +3,7 @@
 Arms: ``conv.k4`` (width-4 specialisation, taps unrolled), ``conv.chunk8`` (8 tokens per thread;
 without it each thread computes one token), ``conv.vec4`` (the prefill kernel takes 4 channels per
 thread instead of 8: about half the registers, twice the resident warps). ``conv.postconv_tile16``
-(16 tokens per thread at 8 channels, up to 244 registers) lost to conv.chunk8 + conv.k4 (505 vs 461
-us at W1) and was removed; ``conv.tile16`` is 16 tokens per thread for the 4-channel kernel
-(72-82 registers), fewer re-read halo rows and half the CTAs of conv.chunk8.
+(16 tokens per thread) lost to conv.chunk8 + conv.k4 (505 vs 461 us at W1) and was removed.
 """
 
 from __future__ import annotations
@@ -53,8 +51,6 @@ def _check_common(
 
 
 def _tok(arms: frozenset[str]) -> int:
-    if "conv.tile16" in arms:
-        return 16
     return 8 if "conv.chunk8" in arms else 1
 
 
