@@ -19,8 +19,8 @@ ARMS = frozenset(
     }
 )
 # Kept by the end-to-end A/B of docs/bench-evidence/2026-11-29-s2-gdn-kernels.md (run 2): W1 5% faster,
-# TTFT -7%, TPOT -4.5%, every metric outside the A/A band. conv.chunk8 + conv.k4 is the fastest
-# conv set among those A/B-tested end to end; conv.vec4 (faster still at kernel level) has not been.
+# TTFT -7%, TPOT -4.5%, every metric outside the A/A band. conv.vec4 (26% faster conv prefill at
+# kernel level) was within the A/A noise end to end (run 3), so it stays off.
 DEFAULT_ARMS = frozenset({"conv.chunk8", "conv.k4", "decode.fused", "prefill.tensorcore"})
 
 
