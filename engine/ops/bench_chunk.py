@@ -185,9 +185,7 @@ def main() -> int:
         for nseq, L in SHAPES:
             profile(nseq, L)
     rows = bench(fla)
-    print("\n| op | shape | impl | us | TB/s | note |\n|---|---|---|---|---|---|")
-    for op, shape, impl, us, bw, note in rows:
-        print(f"| {op} | {shape} | {impl} | {us:.1f} | {bw / 1e12:.2f} | {note} |")
+    B.print_table(rows)
     return 0
 
 

@@ -128,20 +128,7 @@ def _bench_batch(fla, batch: int) -> None:
         beta = torch.rand(r, batch, NV, device=DEV)
         init = [sst[slots[i].long()].contiguous() for i in range(r)]
         us = B0.time_graph(
-            lambda i: (
-                lambda: fla.fused_recurrent_gated_delta_rule(
-                    qe[i][:, None],
-                    ke[i][:, None],
-                    ve[i][:, None],
-                    g=g[i][:, None],
-                    beta=beta[i][:, None],
-                    scale=D**-0.5,
-                    initial_state=init[i],
-                    output_final_state=True,
-                    use_qk_l2norm_in_kernel=True,
-                )
-            ),
-            state_bytes,
+            lambda i: B0.fla_recurrent(fla, qe[i], ke[i], ve[i], g[i], beta[i], init[i]), state_bytes
         )
         B0.row("gdn decode recurrence only", shape, "fla fused_recurrent (Triton)", us, fla_bytes)
         best["fla"] = us
@@ -170,9 +157,7 @@ def main() -> int:
     print(f"  {name}: {fn.num_regs} regs, {fn.local_size_bytes} B local, {fn.shared_size_bytes} B smem")
     ok = check(32) & check(1)
     bench(fla)
-    print("\n| op | shape | impl | us | TB/s | note |\n|---|---|---|---|---|---|")
-    for op, shape, impl, us, bw, note in B0.ROWS:
-        print(f"| {op} | {shape} | {impl} | {us:.1f} | {bw / 1e12:.2f} | {note} |")
+    B0.print_table(B0.ROWS)
     return 0 if ok else 2
 
 

@@ -15,12 +15,10 @@ mma per warp and chunk; output error grows to ~2.5e-3 when a large initial state
 from __future__ import annotations
 
 import functools
-import re
 
 import torch
 
 from engine.ops.cuda.compile import (
-    CUDA_DIR,
     as_i32,
     as_u8,
     device_cc,
@@ -31,34 +29,18 @@ from engine.ops.cuda.compile import (
     ptr,
     read_source,
     require,
+    tuning_row,
 )
 from engine.ops.cuda.delta import _check
 
 SRC = "gdn_chunk.cu"
 DK = DV = 128
 DVBS = (32, 64, 128)
-_ROW = re.compile(r"X\((\d+),\s*(\d+),\s*(\d+)\)")
-
-
-@functools.cache
-def chunk_table() -> dict[int, tuple[int, int]]:
-    """``GDN_CHUNK_TABLE`` rows of the .cu: sm -> (dvb_max, dvb_min)."""
-    text = (CUDA_DIR / SRC).read_text()
-    start = text.index("#define GDN_CHUNK_TABLE")
-    block = text[start : text.index("template <int SM>", start)]
-    rows = {int(m.group(1)): (int(m.group(2)), int(m.group(3))) for m in _ROW.finditer(block)}
-    if not rows:
-        raise RuntimeError(f"no GDN_CHUNK_TABLE rows parsed from {CUDA_DIR / SRC}")
-    return rows
 
 
 def chunk_params(cc: int | None = None) -> tuple[int, int]:
-    """(dvb_max, dvb_min) of the newest row not newer than the device."""
-    cc = device_cc() if cc is None else cc
-    table = chunk_table()
-    fits = [sm for sm in table if sm <= cc]
-    require(bool(fits), f"sm_{cc} is older than every GDN_CHUNK_TABLE row ({sorted(table)})")
-    return table[max(fits)]
+    """(dvb_max, dvb_min): the ``GDN_CHUNK_TABLE`` row of the newest sm not newer than the device."""
+    return tuning_row(SRC, "GDN_CHUNK_TABLE", cc)
 
 
 def smem_bytes(dvb: int) -> int:

@@ -58,6 +58,33 @@ def arch_table() -> dict[int, ArchParams]:
     return {r.sm: r for r in rows}
 
 
+_TRIPLE = re.compile(r"X\((\d+),\s*(\d+),\s*(\d+)\)")
+
+
+@functools.cache
+def tuning_table(filename: str, macro: str) -> dict[int, tuple[int, int]]:
+    """A kernel family's ``#define MACRO(X) X(sm, a, b) ...`` rows (up to the next ``template <int SM>``):
+    sm -> (a, b). The .cu file is the single source; its kernels read the same rows."""
+    text = (CUDA_DIR / filename).read_text()
+    start = text.find(f"#define {macro}")
+    end = text.find("template <int SM>", start)
+    block = text[start:end] if start >= 0 and end > start else ""
+    rows = {int(m[1]): (int(m[2]), int(m[3])) for m in _TRIPLE.finditer(block)}
+    if not rows:
+        raise RuntimeError(f"no {macro} rows parsed from {CUDA_DIR / filename}")
+    return rows
+
+
+def tuning_row(filename: str, macro: str, cc: int | None = None) -> tuple[int, int]:
+    """The row for sm_``cc`` (default: the current device): the newest row not newer than it."""
+    cc = device_cc() if cc is None else cc
+    table = tuning_table(filename, macro)
+    fits = [sm for sm in table if sm <= cc]
+    if not fits:
+        raise RuntimeError(f"sm_{cc} is older than every {macro} row ({sorted(table)})")
+    return table[max(fits)]
+
+
 @functools.cache
 def device_cc() -> int:
     """Compute capability of torch's current device as an int (90 for sm_90, 120 for sm_120)."""

@@ -12,22 +12,18 @@ that may run concurrently on different streams must not share it.
 
 from __future__ import annotations
 
-import functools
-import re
-
 import torch
 
 from engine.ops.cuda.compile import (
-    CUDA_DIR,
     as_i32,
     check_cuda,
-    device_cc,
     f32,
     i32,
     kernel,
     launch,
     ptr,
     require,
+    tuning_row,
 )
 
 SRC = "gdn_decode.cu"
@@ -35,25 +31,11 @@ D = 128  # dk = dv
 CONV_K = 4
 COUNTER_CAPACITY = 1 << 16
 _COUNTERS: dict[int, torch.Tensor] = {}
-_ROW = re.compile(r"X\((\d+),\s*(\d+),\s*(\d+)\)")
-
-
-@functools.cache
-def decode_table() -> dict[int, tuple[int, int]]:
-    """SM -> (warps per CTA, CTAs per SM of the register cap), parsed from the .cu file."""
-    text = (CUDA_DIR / SRC).read_text()
-    rows = {int(m[1]): (int(m[2]), int(m[3])) for m in _ROW.finditer(text)}
-    if not rows:
-        raise RuntimeError(f"no DS_DECODE_TABLE rows parsed from {CUDA_DIR / SRC}")
-    return rows
 
 
 def table_row(cc: int | None = None) -> tuple[int, int]:
-    """The row for sm_``cc`` (default: the current device): the newest row not newer than it."""
-    cc = device_cc() if cc is None else cc
-    table = decode_table()
-    fits = [sm for sm in table if sm <= cc]
-    return table[max(fits) if fits else min(table)]
+    """(warps per CTA, CTAs per SM of the register cap): the ``DS_DECODE_TABLE`` row for the device."""
+    return tuning_row(SRC, "DS_DECODE_TABLE", cc)
 
 
 def counters(device: torch.device) -> torch.Tensor:

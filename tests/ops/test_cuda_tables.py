@@ -1,0 +1,31 @@
+"""The per-architecture tuning rows the CUDA wrappers read from the .cu sources (no GPU needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.ops.cuda.compile import arch_table, tuning_row, tuning_table
+
+TABLES = [("gdn_chunk.cu", "GDN_CHUNK_TABLE"), ("gdn_decode.cu", "DS_DECODE_TABLE")]
+
+
+@pytest.mark.parametrize(("src", "macro"), TABLES)
+def test_every_family_has_rows_for_sm80_sm90_sm120(src, macro):
+    rows = tuning_table(src, macro)
+    assert set(rows) == {80, 90, 120}
+    assert set(arch_table()) == {80, 90, 120}
+
+
+@pytest.mark.parametrize(("src", "macro"), TABLES)
+def test_row_is_the_newest_not_newer_than_the_device(src, macro):
+    rows = tuning_table(src, macro)
+    assert tuning_row(src, macro, 89) == rows[80]  # Ada takes the Ampere row
+    assert tuning_row(src, macro, 100) == rows[90]
+    assert tuning_row(src, macro, 121) == rows[120]
+    with pytest.raises(RuntimeError, match="older than every"):
+        tuning_row(src, macro, 75)
+
+
+def test_unknown_macro_is_an_error():
+    with pytest.raises(RuntimeError, match="no NOPE rows"):
+        tuning_table("gdn_chunk.cu", "NOPE")
