@@ -8,9 +8,9 @@
 #   PAIRS   alternated A/B pairs before the A/A pair (default 2)
 # Env: PY (default python3), PORT_A/PORT_B (8001/8002).
 # Output: OUT_DIR/ab.json (per-metric B/A ratios and the A/A band), run-*.json, server logs, and
-# peak-memory.txt: each server's peak device memory after all its runs. The servers persist across
-# runs, so their peak is cumulative and ab.json's per-run server_peak_memory_bytes ratios are not a
-# fair memory comparison; compare the two final peaks instead.
+# peak-memory.txt: each server's peak device-memory gauge after all its runs. The servers persist
+# across runs, so loadgen leaves their (cumulative) peak out of ab.json's ratios; the gauge is
+# device-wide, so with both servers on one GPU even the final values count both.
 set -uo pipefail
 ckpt=$1 w1=$2 out=$3 arms_a=$4 arms_b=$5 pairs=${6:-2}
 shift $(($# < 6 ? $# : 6))

@@ -93,11 +93,20 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
         pass
 
 
-def ratio_stats(runs: list[tuple[str, dict]]) -> dict[str, dict]:
-    """Per metric: B/A ratio of each alternated pair (median, min, max) and the A/A noise band."""
+# A server's peak memory only grows while it lives: with --a-url/--b-url the same two servers serve
+# every run, so per-run ratios of it compare histories, not arms (and a device-wide gauge counts both
+# servers when they share a GPU). It is compared only when each run gets a fresh server (--a-cmd).
+CUMULATIVE_METRICS = ("server_peak_memory_bytes",)
+
+
+def ratio_stats(runs: list[tuple[str, dict]], fresh_servers: bool = True) -> dict[str, dict]:
+    """Per metric: B/A ratio of each alternated pair (median, min, max) and the A/A noise band.
+    Without ``fresh_servers`` the cumulative metrics are left out."""
     main, aa = runs[:-2], runs[-2:]
     out: dict[str, dict] = {}
     for m in AB_METRICS:
+        if not fresh_servers and m in CUMULATIVE_METRICS:
+            continue
         ratios = []
         for i in range(0, len(main), 2):
             pair = dict(main[i : i + 2])
@@ -157,7 +166,7 @@ def run_ab(
             json.dump(result, f, indent=1)
         print(format_run_table(result), file=sys.stderr)
         runs.append((arm, result))
-    ratios = ratio_stats(runs)
+    ratios = ratio_stats(runs, fresh_servers=bool(a_cmd))
     summary = {
         "pairs": pairs,
         "order": run_order(pairs),
@@ -168,6 +177,7 @@ def run_ab(
         "runs": [f"run-{i:02d}-{arm}.json" for i, (arm, _) in enumerate(runs)],
         "failed": {f"run-{i:02d}-{arm}": r["failed"] for i, (arm, r) in enumerate(runs)},
         "ratios": ratios,
+        "not_compared": {} if a_cmd else {m: "servers persist across runs" for m in CUMULATIVE_METRICS},
     }
     with open(out_dir / "ab.json", "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)

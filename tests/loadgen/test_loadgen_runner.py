@@ -241,6 +241,9 @@ def test_ab_with_urls(fake_server: FakeServer, tmp_path: Path) -> None:
         "run-03-A.json",
     ]
     assert s["ratios"]["output_throughput"]["median"] > 0
+    # persistent servers: their peak memory only grows, so it is not compared
+    assert "server_peak_memory_bytes" not in s["ratios"]
+    assert s["not_compared"] == {"server_peak_memory_bytes": "servers persist across runs"}
     assert json.loads((tmp_path / "ab.json").read_text())["pairs"] == 1
 
 
