@@ -64,6 +64,12 @@ class ModelRunner:
             if mc.kernel_arms
             else (DEFAULT_ARMS if backend == "cuda" else frozenset())
         )
+        if backend == "cuda":
+            from engine.ops.cuda import usable_arms
+
+            arms, note = usable_arms(arms, c.linear_conv_kernel_dim)
+            if note:
+                log.warning("%s", note)
         self.gdn_backend = backend
         self.ops = make_ops(backend, arms)
         self.model = build_model(mc.model, self.ops, self.dtype, self.device, mc.load_format, mc.seed)

@@ -1,4 +1,5 @@
-"""The per-architecture tuning rows the CUDA wrappers read from the .cu sources (no GPU needed)."""
+"""The per-architecture tuning rows the CUDA wrappers read from the .cu sources, and which arms a
+model's shapes allow (no GPU needed)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,12 @@ def test_row_is_the_newest_not_newer_than_the_device(src, macro):
 def test_unknown_macro_is_an_error():
     with pytest.raises(RuntimeError, match="no NOPE rows"):
         tuning_table("gdn_chunk.cu", "NOPE")
+
+
+def test_fused_decode_dropped_for_conv_widths_it_cannot_run():
+    from engine.ops.cuda import DEFAULT_ARMS, usable_arms
+
+    assert usable_arms(DEFAULT_ARMS, 4) == (DEFAULT_ARMS, None)
+    arms, note = usable_arms(DEFAULT_ARMS, 3)
+    assert arms == DEFAULT_ARMS - {"decode.fused"} and note is not None and "width 4" in note
+    assert usable_arms(frozenset({"conv.chunk8"}), 3) == (frozenset({"conv.chunk8"}), None)

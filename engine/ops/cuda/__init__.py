@@ -47,6 +47,14 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
     }
 
 
+def usable_arms(arms: frozenset[str], conv_width: int) -> tuple[frozenset[str], str | None]:
+    """``arms`` minus those this model's shapes rule out, and why (None when nothing was dropped).
+    K4 (decode.fused) unrolls a width-4 conv; the unfused kernels take any width up to 8."""
+    if "decode.fused" in arms and conv_width != 4:
+        return arms - {"decode.fused"}, f"decode.fused needs conv width 4, not {conv_width}: decoding unfused"
+    return arms, None
+
+
 def unsupported_reason(key_head_dim: int, value_head_dim: int, dtype_name: str) -> str | None:
     """Why the CUDA kernels cannot run a model of these shapes (None when they can)."""
     if key_head_dim != 128 or value_head_dim != 128:
