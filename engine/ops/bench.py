@@ -84,6 +84,16 @@ def row(op: str, shape: str, impl: str, us: float, nbytes: float = 0.0, flops: f
     print(f"  {op:<28}{shape:<18}{impl:<34}{us:>10.1f} us  {note}", flush=True)
 
 
+def load_fla():
+    """fla's gated-delta-rule ops module (``pip install fla-core``), or None with a printed reason."""
+    try:
+        import fla.ops.gated_delta_rule as fla
+    except Exception as e:  # noqa: BLE001 - any import failure means no peer to compare
+        print(f"fla not available ({type(e).__name__}: {e}); timing without it")
+        return None
+    return fla
+
+
 def print_table(rows) -> None:
     """The rows as one Markdown table (what the evidence files quote)."""
     print("\n| op | shape | impl | us | TB/s | note |\n|---|---|---|---|---|---|")
@@ -328,11 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device", file=sys.stderr)
         return 1
     torch.manual_seed(0)
-    try:
-        import fla.ops.gated_delta_rule as fla
-    except Exception as e:  # noqa: BLE001 - any import failure means no peer to compare
-        print(f"fla not available ({type(e).__name__}: {e}); timing without it")
-        fla = None
+    fla = load_fla()
     print(f"device {torch.cuda.get_device_name()} torch {torch.__version__}", flush=True)
     only = set(args.only or ("conv", "decode", "prefill", "decode_fused", "prefill_tc"))
     if "conv" in only:

@@ -169,11 +169,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 1
-    try:
-        import fla.ops.gated_delta_rule as fla
-    except Exception as e:  # noqa: BLE001 - any import failure means no peer to compare
-        print(f"fla not available ({type(e).__name__}: {e}); timing without it")
-        fla = None
+    fla = B.load_fla()
     print(f"device {torch.cuda.get_device_name()} torch {torch.__version__}", flush=True)
     for dv in chunk.DVBS:
         fn = chunk._function(dv, True)

@@ -146,11 +146,7 @@ def main() -> int:
         print("no CUDA device", file=sys.stderr)
         return 1
     torch.manual_seed(0)
-    try:
-        import fla.ops.gated_delta_rule as fla
-    except Exception as e:  # noqa: BLE001 - any import failure means no peer to compare
-        print(f"fla not available ({type(e).__name__}: {e}); timing without it")
-        fla = None
+    fla = B0.load_fla()
     print(f"device {torch.cuda.get_device_name()} torch {torch.__version__}", flush=True)
     name = f"gdn_decode_kernel<{decode.table_row()[0]}>"
     fn = kernel(decode.SRC, name)
