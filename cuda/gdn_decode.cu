@@ -18,6 +18,7 @@
 // [B] int32 (slot <= 0: padding, zero state, nothing read or written), y [B, Nv*128] bf16 contiguous,
 // cnt_qk [B*Nk] int32, zero between launches.
 #include "arch_params.cuh"
+#include "gated_norm.cuh"
 
 // Tuning rows (engine/ops/cuda/decode.py parses them): SM, warps per CTA (the kernel needs 8: a CTA
 // owns a whole head), CTAs per SM the register cap is sized for (2: 128 registers; nvcc 13.0 spills
@@ -171,28 +172,6 @@ __device__ __forceinline__ void delta_step(float (&S)[16][4], const float* qk_s,
     for (int e = 0; e < 4; ++e) o[e] += __shfl_xor_sync(0xffffffffu, o[e], m);
 }
 
-// gated_norm.cu for one 128-wide row held by a warp (lane: elements 4 lane .. 4 lane + 3)
-__device__ __forceinline__ uint2 gated_norm4(const float* xf, const uint2& zr, const void* nw, bool w_bf16,
-                                             float eps, int lane) {
-  const float zf[4] = {lo_bf16(zr.x), hi_bf16(zr.x), lo_bf16(zr.y), hi_bf16(zr.y)};
-  float ss = 0.f;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) ss = fmaf(xf[e], xf[e], ss);
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
-  const float rs = rsqrtf(ss / (float)DEC_D + eps);
-  float o[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float yv = bf16_round(xf[e] * rs);
-    float wy;
-    if (w_bf16) wy = bf16_round(bf16_to_f(static_cast<const bf16_t*>(nw)[lane * 4 + e]) * yv);
-    else wy = static_cast<const float*>(nw)[lane * 4 + e] * yv;
-    o[e] = wy * silu_f(zf[e]);
-  }
-  return make_uint2(pack_bf16x2(o[0], o[1]), pack_bf16x2(o[2], o[3]));
-}
-
 // q|k last-arriver: after the CTA's reads of the old q|k conv state (a barrier before this call),
 // one thread counts this CTA in; returns whether it is the last of `sharers` (and resets the counter)
 __device__ __forceinline__ int qk_last(int* cnt, bool live, int sharers) {
@@ -305,7 +284,7 @@ __global__ void __launch_bounds__(W * 32, DecodeParams<DS_SM>::ctas_per_sm) gdn_
   if (w == 0) {
     const float4 x4 = *reinterpret_cast<const float4*>(o_s + lane * 4);
     const float xf[4] = {x4.x, x4.y, x4.z, x4.w};
-    st_u2(y + (size_t)blockIdx.x * DEC_D + lane * 4, gated_norm4(xf, zr, norm_w, (flags & 4) != 0, eps, lane));
+    st_u2(y + (size_t)blockIdx.x * DEC_D + lane * 4, gated_norm_row4(xf, zr, norm_w, (flags & 4) != 0, eps, lane * 4));
   }
   if (w == 1 && flag_s[0]) write_qk_state(conv_state, sslot, C, nk, hk, qst_s, lane);
 }
