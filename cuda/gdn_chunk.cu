@@ -16,14 +16,8 @@
 // The gate stays inside A (entries <= |A| since Γ <= 1: nothing grows), and the unnormalised bf16
 // inputs are the mma operands (exact); the norms enter as per-token fp32 scales.
 //
-// Precision (measured on a CPU emulation of exactly this rounding scheme against the fp32 reference):
-// single bf16 operands give ~1.1e-3 relative error per product, which puts the final state at
-// ~1.7e-3 and outputs at ~2.7e-3, over the 1e-3 / 2e-3 budget. So every fp32 operand that is not raw
-// input is split into bf16 hi + lo (x = hi + lo to ~2^-17) and the products take hi*B + lo*B (+ hi*Blo
-// where B is itself computed: the -A blocks, T_jj, Qn Kn^T ⊙ Γ). Emulated errors: state ~4e-6,
-// output ~1.3e-4 (O1LO) / up to 2.5e-3 without O1LO when a large initial state dominates the output.
-// Cost per warp and chunk: 128 (P K^T) + 64|128 (P Q^T) + 60 (substitution) + 60 (intra output)
-// + 128 (state update) mma, plus 320 mma of K K^T / Q K^T per CTA.
+// Precision: every fp32 operand that is not raw input is split into bf16 hi + lo and the products
+// take hi*B + lo*B (+ hi*Blo where B is itself computed); why, and what it costs: docs/kernels.md.
 //
 // Pipelining: K/Q/V tiles are single-buffered (99 KB budget on sm_120: 88.6 KB at DVB=128) and
 // refilled by cp.async as soon as their last reader has passed a barrier: Q_{c+1} (+ g, beta) right
@@ -33,14 +27,7 @@
 // ~250 registers x 256 threads); fewer sequences split dv (64, 32), each CTA recomputing the dk side.
 // Deterministic: fixed accumulation order everywhere, no atomics.
 //
-// Measured (H200, W1 = 32 x 1,024, Nk 16, Nv 32): 1.27 ms (fla chunk 2.13 ms, the recurrent fp32
-// kernel 5.52 ms); 17.5k cycles per chunk per CTA, of which ~9k are mma at ~8 cycles per HMMA per
-// sub-partition (4352 HMMA per chunk: the hi/lo splits double the state-side products) and ~8k are
-// the K K^T / Q K^T stage (ldmatrix traffic and epilogue, 4k), norms (1.3k), cp.async issue and
-// barrier waits (1.6k). A variant that moved the inverse into the K K^T warps and shared fragments
-// across tiles was correct but slower (1.44 ms: the inverse landed on the critical path, and NVRTC
-// spilled it). Emulated alternative: fp16 single-term operands halve the mma (output ~1.2e-3, state
-// ~3e-4 vs the reference) but need a range guard (rk v_new can exceed 65504 for near-zero keys).
+// Measured timings, the cycle profile and the variants tried: docs/kernels.md.
 //
 // Layouts (as cuda/gdn_delta.cu): q, k [T, Nk, 128] bf16 (token stride given, 16-byte aligned),
 // v [T, Nv, 128] bf16 (token stride given), g, beta [T, Nv] fp32, state [S, Nv, 128 dk, 128 dv] fp32,
@@ -50,10 +37,8 @@
 #include "gdn_chunk.cuh"
 
 // Per-arch tuning rows, parsed by engine/ops/cuda/chunk.py: (SM, DVB_MAX, DVB_MIN). The wrapper uses
-// the largest dv block in [DVB_MIN, DVB_MAX] that still gives one CTA per multiprocessor. Measured on
-// the H200: W1 (1,024 CTAs at dv 128) dv 128 1.27 ms, dv 64 1.53, dv 32 2.59; 1 x 32,768 (32 heads)
-// dv 64 4.73 ms (64 CTAs of 4 warps), dv 128 5.06, dv 32 6.21 (128 CTAs of 2 warps, each doing half
-// of the dk-side work). Not measured on sm_120 / sm_80: same rows until they are.
+// the largest dv block in [DVB_MIN, DVB_MAX] that still gives one CTA per multiprocessor (the H200
+// timings behind these rows: docs/kernels.md). Not measured on sm_120 / sm_80: same rows until they are.
 #define GDN_CHUNK_TABLE(X) \
   X(80, 128, 64)           \
   X(90, 128, 64)           \
@@ -69,40 +54,6 @@ struct ChunkParams;
   };
 GDN_CHUNK_TABLE(GDN_CHUNK_ROW)
 #undef GDN_CHUNK_ROW
-
-namespace gdnc {
-
-enum { CF_RK, CF_RQ, CF_G2, CF_CX, CF_CO, CF_CU, NCF };
-
-// shared memory layout in bytes (mirrored by chunk.py: BYTES = 72256 + 128 * DVB)
-template <int DVB>
-struct Smem {
-  static constexpr int K = 0, Q = 16384, V = 32768;  // bf16 [64][128], [64][128], [64][DVB]
-  static constexpr int MH = V + 64 * DVB * 2;        // bf16 [64][64]: -A below the diagonal blocks,
-  static constexpr int ML = MH + 8192;               //   T_jj = (I + A_jj)^-1 on them; hi and lo
-  static constexpr int AH = ML + 8192;               // bf16 [64][64]: Qn Kn^T ⊙ Γ, lower, hi and lo
-  static constexpr int AL = AH + 8192;
-  static constexpr int AD_STRIDE = 16 * 16 + 4;      // floats per diagonal block (+4: bank offset)
-  static constexpr int AD = AL + 8192;               // fp32 [4][AD_STRIDE]: diagonal blocks of A
-  static constexpr int CF = AD + 4 * AD_STRIDE * 4;  // fp32 [NCF][64] per-token coefficients
-  static constexpr int RAW = CF + NCF * 256;         // fp32 [2 parity][g 64, beta 64]
-  static constexpr int BYTES = RAW + 4 * 256;
-};
-
-}  // namespace gdnc
-
-// Optional phase timestamps (compile with -DGDN_CHUNK_PROFILE; engine/ops/bench_chunk.py --profile):
-// clock64 at 14 marks per chunk, lane 0 of every warp, first 64 CTAs and 32 chunks.
-#ifdef GDN_CHUNK_PROFILE
-__device__ long long gdnc_prof[64 * 32 * 8 * 16];
-#define GDNC_MARK(m)                                                                              \
-  do {                                                                                            \
-    const int cta_ = blockIdx.y * gridDim.x + blockIdx.x;                                         \
-    if (lane == 0 && cta_ < 64 && c < 32) gdnc_prof[((cta_ * 32 + c) * 8 + w) * 16 + (m)] = clock64(); \
-  } while (0)
-#else
-#define GDNC_MARK(m)
-#endif
 
 template <int DVB, bool O1LO>
 __global__ void __launch_bounds__(DVB * 2, 1)
@@ -319,33 +270,7 @@ __global__ void __launch_bounds__(DVB * 2, 1)
     cp_commit();
     GDNC_MARK(6);
     // ---- T_jj = (I + A_jj)^-1 in fp32: warps 0-1, one lane per column of one diagonal block
-    if (w < 2) {
-      const int bj = 2 * w + (lane >> 4), col = lane & 15;
-      const float* lb = ad + bj * L::AD_STRIDE;
-      float x[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) x[i] = i == col ? 1.f : 0.f;
-#pragma unroll
-      for (int i = 1; i < 16; ++i) {
-        float acc = 0.f;
-#pragma unroll
-        for (int m4 = 0; m4 < i; m4 += 4) {
-          const float4 l4 = *reinterpret_cast<const float4*>(lb + i * 16 + m4);
-          const float lv[4] = {l4.x, l4.y, l4.z, l4.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (m4 + e < i) acc = fmaf(lv[e], x[m4 + e], acc);
-        }
-        if (i > col) x[i] = -acc;
-      }
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const unsigned hl = bf2(x[i], 0.f);
-        const unsigned ll = bf2(x[i] - __uint_as_float(hl << 16), 0.f);
-        *reinterpret_cast<unsigned short*>(sm + L::MH + off64(16 * bj + i, 16 * bj + col)) = (unsigned short)hl;
-        *reinterpret_cast<unsigned short*>(sm + L::ML + off64(16 * bj + i, 16 * bj + col)) = (unsigned short)ll;
-      }
-    }
+    if (w < 2) invert_diag_blocks<L::AD_STRIDE, L::MH, L::ML>(sm, ad, w, lane);
     GDNC_MARK(7);
     // ---- R^T = V^T diag(beta) - (P K^T) diag(c_x)
     float X[8][4];
@@ -448,21 +373,7 @@ __global__ void __launch_bounds__(DVB * 2, 1)
         mma3(O[2 * p], ah, al, bf[0], bf[1], bl[0], bl[1]);
         mma3(O[2 * p + 1], ah, al, bf[2], bf[3], bl[2], bl[3]);
       }
-    // lanes gq, gq ^ 1 swap halves so each stores two adjacent dv columns of one token
-    const bool odd = gq & 1;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const float r0 = __shfl_xor_sync(FULL, odd ? O[nt][0] : O[nt][1], 4);
-      const float r1 = __shfl_xor_sync(FULL, odd ? O[nt][2] : O[nt][3], 4);
-      const unsigned w0 = odd ? bf2(r0, O[nt][1]) : bf2(O[nt][0], r0);
-      const unsigned w1 = odd ? bf2(r1, O[nt][3]) : bf2(O[nt][2], r1);
-      const int tok = 8 * nt + 2 * tq + (odd ? 1 : 0);
-      if (tok < n) {
-        bf16_t* op = out + ((size_t)(t0 + tok) * nv + h) * 128 + dv0 + gq - (odd ? 1 : 0);
-        *reinterpret_cast<unsigned*>(op) = w0;
-        *reinterpret_cast<unsigned*>(op + 8) = w1;
-      }
-    }
+    store_out_rows(O, out, t0, n, nv, h, dv0, lane);
     GDNC_MARK(13);
   }
 

@@ -1,5 +1,6 @@
-// mma.sync / ldmatrix / cp.async helpers of cuda/gdn_chunk.cu (PTX only: sm_80, sm_90, sm_120 alike).
-// The section between the "ptx helpers" markers is all the inline PTX of the kernel.
+// Helpers of cuda/gdn_chunk.cu: the mma.sync / ldmatrix / cp.async wrappers (PTX only: sm_80, sm_90,
+// sm_120 alike; the section between the "ptx helpers" markers is all the inline PTX of the kernel),
+// the shared-memory layout, the diagonal-block inversion and the optional profile marks.
 #pragma once
 
 namespace gdnc {
@@ -109,4 +110,92 @@ __device__ __forceinline__ void mma3(float* c, const unsigned* ah, const unsigne
   mma(c, ah, bl0, bl1);
 }
 
+
+enum { CF_RK, CF_RQ, CF_G2, CF_CX, CF_CO, CF_CU, NCF };
+
+// shared memory layout in bytes (mirrored by chunk.py: BYTES = 72256 + 128 * DVB)
+template <int DVB>
+struct Smem {
+  static constexpr int K = 0, Q = 16384, V = 32768;  // bf16 [64][128], [64][128], [64][DVB]
+  static constexpr int MH = V + 64 * DVB * 2;        // bf16 [64][64]: -A below the diagonal blocks,
+  static constexpr int ML = MH + 8192;               //   T_jj = (I + A_jj)^-1 on them; hi and lo
+  static constexpr int AH = ML + 8192;               // bf16 [64][64]: Qn Kn^T ⊙ Γ, lower, hi and lo
+  static constexpr int AL = AH + 8192;
+  static constexpr int AD_STRIDE = 16 * 16 + 4;      // floats per diagonal block (+4: bank offset)
+  static constexpr int AD = AL + 8192;               // fp32 [4][AD_STRIDE]: diagonal blocks of A
+  static constexpr int CF = AD + 4 * AD_STRIDE * 4;  // fp32 [NCF][64] per-token coefficients
+  static constexpr int RAW = CF + NCF * 256;         // fp32 [2 parity][g 64, beta 64]
+  static constexpr int BYTES = RAW + 4 * 256;
+};
+
+// ---- a self-contained kernel phase (called once per chunk; inlined)
+
+// T_jj = (I + A_jj)^-1 of the four 16x16 diagonal blocks of A (fp32 in ad), by forward substitution
+// in fp32: warps 0-1, one lane per column of one block; stored split into bf16 hi and lo at MH / ML.
+template <int AD_STRIDE, int MH, int ML>
+__device__ __forceinline__ void invert_diag_blocks(unsigned char* sm, const float* ad, int w, int lane) {
+  const int bj = 2 * w + (lane >> 4), col = lane & 15;
+  const float* lb = ad + bj * AD_STRIDE;
+  float x[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) x[i] = i == col ? 1.f : 0.f;
+#pragma unroll
+  for (int i = 1; i < 16; ++i) {
+    float acc = 0.f;
+#pragma unroll
+    for (int m4 = 0; m4 < i; m4 += 4) {
+      const float4 l4 = *reinterpret_cast<const float4*>(lb + i * 16 + m4);
+      const float lv[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (m4 + e < i) acc = fmaf(lv[e], x[m4 + e], acc);
+    }
+    if (i > col) x[i] = -acc;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const unsigned hl = bf2(x[i], 0.f);
+    const unsigned ll = bf2(x[i] - __uint_as_float(hl << 16), 0.f);
+    *reinterpret_cast<unsigned short*>(sm + MH + off64(16 * bj + i, 16 * bj + col)) = (unsigned short)hl;
+    *reinterpret_cast<unsigned short*>(sm + ML + off64(16 * bj + i, 16 * bj + col)) = (unsigned short)ll;
+  }
+}
+
+// The chunk's output O^T (this warp's 16 dv rows x 64 tokens, mma accumulator layout) as bf16: lanes
+// gq and gq ^ 1 swap halves so that each stores two adjacent dv columns of one token; tokens >= n
+// (past the sequence end) are not stored. out [T, nv, 128]; t0 the chunk's first token, dv0 the warp's
+// first dv column of value head h.
+__device__ __forceinline__ void store_out_rows(const float (*O)[4], bf16_t* out, int t0, int n, int nv, int h, int dv0,
+                                               int lane) {
+  const int gq = lane >> 2, tq = lane & 3;
+  const bool odd = gq & 1;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    const float r0 = __shfl_xor_sync(FULL, odd ? O[nt][0] : O[nt][1], 4);
+    const float r1 = __shfl_xor_sync(FULL, odd ? O[nt][2] : O[nt][3], 4);
+    const unsigned w0 = odd ? bf2(r0, O[nt][1]) : bf2(O[nt][0], r0);
+    const unsigned w1 = odd ? bf2(r1, O[nt][3]) : bf2(O[nt][2], r1);
+    const int tok = 8 * nt + 2 * tq + (odd ? 1 : 0);
+    if (tok < n) {
+      bf16_t* op = out + ((size_t)(t0 + tok) * nv + h) * 128 + dv0 + gq - (odd ? 1 : 0);
+      *reinterpret_cast<unsigned*>(op) = w0;
+      *reinterpret_cast<unsigned*>(op + 8) = w1;
+    }
+  }
+}
+
 }  // namespace gdnc
+
+// Optional phase timestamps (compile with -DGDN_CHUNK_PROFILE; engine/ops/bench_chunk.py --profile):
+// clock64 at 14 marks per chunk, lane 0 of every warp, first 64 CTAs and 32 chunks.
+#ifdef GDN_CHUNK_PROFILE
+__device__ long long gdnc_prof[64 * 32 * 8 * 16];
+#define GDNC_MARK(m)                                                                              \
+  do {                                                                                            \
+    const int cta_ = blockIdx.y * gridDim.x + blockIdx.x;                                         \
+    if (lane == 0 && cta_ < 64 && c < 32) gdnc_prof[((cta_ * 32 + c) * 8 + w) * 16 + (m)] = clock64(); \
+  } while (0)
+#else
+#define GDNC_MARK(m)
+#endif
+
