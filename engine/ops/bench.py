@@ -117,6 +117,27 @@ def fla_recurrent(fla, q, k, v, g, beta, init):
     )
 
 
+def fla_chunk(fla, q, k, v, g, beta, init, qsl):
+    """fla's chunk_gated_delta_rule over a varlen batch (q, k expanded to the value heads, its own L2
+    norm): a zero-argument call returning (o [1, T, Nv, D], final states)."""
+    qe = q.repeat_interleave(NV // NK, dim=1)[None]
+    ke = k.repeat_interleave(NV // NK, dim=1)[None]
+    ve = v.contiguous()[None]
+    cu = qsl.long()
+    return lambda: fla.chunk_gated_delta_rule(
+        qe,
+        ke,
+        ve,
+        g[None],
+        beta[None],
+        scale=D**-0.5,
+        initial_state=init,
+        output_final_state=True,
+        cu_seqlens=cu,
+        use_qk_l2norm_in_kernel=True,
+    )
+
+
 def bf16(*shape, scale=1.0):
     return (torch.randn(*shape, device=DEV) * scale).to(torch.bfloat16)
 
@@ -267,25 +288,7 @@ def bench_prefill(fla) -> None:
     )
     row("gdn prefill (chunk op)", f"{nseq}x{L}", "cuda recurrent-form fp32", us, nbytes, flops)
     if fla is not None:
-        qe = q.repeat_interleave(NV // NK, dim=1)[None]
-        ke = k.repeat_interleave(NV // NK, dim=1)[None]
-        init = st[slots.long()].contiguous()
-        cu = qsl.long()
-
-        def run_fla():
-            return fla.chunk_gated_delta_rule(
-                qe,
-                ke,
-                v[None],
-                g[None],
-                beta[None],
-                scale=D**-0.5,
-                initial_state=init,
-                output_final_state=True,
-                cu_seqlens=cu,
-                use_qk_l2norm_in_kernel=True,
-            )
-
+        run_fla = fla_chunk(fla, q, k, v, g, beta, st[slots.long()].contiguous(), qsl)
         fo, _ = run_fla()
         print(f"  check fla chunk vs reference out rel {rel(fo[0], want):.2e}", flush=True)
         us = time_graph(

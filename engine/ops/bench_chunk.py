@@ -48,32 +48,9 @@ def check(nseq: int, L: int, fla=None) -> None:
         flush=True,
     )
     if fla is not None:
-        fo, fs = _fla_call(fla, q, k, v, g, beta, st[live].contiguous(), qsl)()
+        fo, fs = B.fla_chunk(fla, q, k, v, g, beta, st[live].contiguous(), qsl)()
         fo_err, fs_err = B.rel(fo[0], want), B.rel(fs, s1[live])
         print(f"  check fla   {nseq}x{L}: out rel {fo_err:.2e}, state rel {fs_err:.2e}", flush=True)
-
-
-def _fla_call(fla, q, k, v, g, beta, init, qsl):
-    qe = q.repeat_interleave(NV // NK, dim=1)[None]
-    ke = k.repeat_interleave(NV // NK, dim=1)[None]
-    ve = v.contiguous()[None]
-    cu = qsl.long()
-
-    def call():
-        return fla.chunk_gated_delta_rule(
-            qe,
-            ke,
-            ve,
-            g[None],
-            beta[None],
-            scale=D**-0.5,
-            initial_state=init,
-            output_final_state=True,
-            cu_seqlens=cu,
-            use_qk_l2norm_in_kernel=True,
-        )
-
-    return call
 
 
 def bench(fla) -> list[tuple]:
@@ -95,7 +72,7 @@ def _bench_shape(fla, nseq: int, L: int) -> None:
     flops = 6 * T * NV * D * D
     shape = f"{nseq}x{L}"
     if fla is not None:
-        call = _fla_call(fla, q, k, v, g, beta, st[slots.long()].contiguous(), qsl)
+        call = B.fla_chunk(fla, q, k, v, g, beta, st[slots.long()].contiguous(), qsl)
         us = B.time_graph(lambda i: call, nbytes, max_r=2)
         B.row("gdn prefill (chunk op)", shape, "fla chunk (Triton, q/k pre-expanded)", us, nbytes, flops)
         return

@@ -28,10 +28,9 @@ from engine.ops.cuda.compile import (
     launch,
     ptr,
     read_source,
-    require,
     tuning_row,
 )
-from engine.ops.cuda.delta import _check
+from engine.ops.cuda.delta import _check, _check_varlen
 
 SRC = "gdn_chunk.cu"
 DK = DV = 128
@@ -125,11 +124,7 @@ def chunk_gated_delta_rule(
     """
     op = "chunk_gated_delta_rule"
     T, nk, nv, g, beta = _check(op, q, k, v, g, beta, ssm_state)
-    B = state_slot.shape[0]
-    require(
-        query_start_loc.shape[0] == B + 1 and has_initial_state.shape[0] == B,
-        f"{op}: query_start_loc [B+1], has_initial_state [B] must match state_slot [B={B}]",
-    )
+    B = _check_varlen(op, query_start_loc, state_slot, has_initial_state)
     out = torch.empty((T, nv, DV), dtype=v.dtype, device=v.device)
     if B == 0:
         return out

@@ -60,6 +60,16 @@ def _check(op, q, k, v, g, beta, ssm_state):
     return T, nk, nv, g, beta
 
 
+def _check_varlen(op, query_start_loc, state_slot, has_initial_state) -> int:
+    """B, after checking the varlen batch description: query_start_loc [B+1], has_initial_state [B]."""
+    B = state_slot.shape[0]
+    require(
+        query_start_loc.shape[0] == B + 1 and has_initial_state.shape[0] == B,
+        f"{op}: query_start_loc [B+1], has_initial_state [B] must match state_slot [B={B}]",
+    )
+    return B
+
+
 def _launch(q, k, v, g, beta, ssm_state, qsl, slots, hinit, out, B, nk, nv):
     p = arch_params()
     cols_cta = (32 // p.delta_rg) * 4 * p.delta_warps
@@ -117,11 +127,7 @@ def chunk_gated_delta_rule(
     """
     op = "chunk_gated_delta_rule"
     T, nk, nv, g, beta = _check(op, q, k, v, g, beta, ssm_state)
-    B = state_slot.shape[0]
-    require(
-        query_start_loc.shape[0] == B + 1 and has_initial_state.shape[0] == B,
-        f"{op}: query_start_loc [B+1], has_initial_state [B] must match state_slot [B={B}]",
-    )
+    B = _check_varlen(op, query_start_loc, state_slot, has_initial_state)
     out = torch.empty((T, nv, DV), dtype=v.dtype, device=v.device)
     if B == 0:
         return out
