@@ -38,7 +38,7 @@ def _add_client_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds allowed between chunks")
     p.add_argument(
-        "--percentiles", default=",".join(str(int(p)) for p in DEFAULT_PERCENTILES), help="e.g. 90,99"
+        "--percentiles", default=",".join(str(int(x)) for x in DEFAULT_PERCENTILES), help="e.g. 90,99"
     )
     p.add_argument("--no-progress", dest="progress", action="store_false")
 

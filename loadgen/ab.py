@@ -148,9 +148,10 @@ def run_ab(
     if bool(a_cmd) != bool(b_cmd) or bool(a_url) != bool(b_url) or bool(a_cmd) == bool(a_url):
         raise ValueError("give either --a-url and --b-url, or --a-cmd and --b-cmd")
     out_dir.mkdir(parents=True, exist_ok=True)
+    order = run_order(pairs)
     runs: list[tuple[str, dict]] = []
-    for n, arm in enumerate(run_order(pairs)):
-        print(f"== run {n + 1}/{2 * pairs + 2}: arm {arm}", file=sys.stderr)
+    for n, arm in enumerate(order):
+        print(f"== run {n + 1}/{len(order)}: arm {arm}", file=sys.stderr)
         if a_cmd:
             cmd = a_cmd if arm == "A" else b_cmd
             assert cmd is not None
@@ -169,7 +170,7 @@ def run_ab(
     ratios = ratio_stats(runs, fresh_servers=bool(a_cmd))
     summary = {
         "pairs": pairs,
-        "order": run_order(pairs),
+        "order": order,
         "a": a_cmd or a_url,
         "b": b_cmd or b_url,
         "git_commit": runs[0][1].get("git_commit"),

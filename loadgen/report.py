@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .metrics import DEFAULT_PERCENTILES, pct_word
+
 METRICS = ("ttft", "tpot", "itl", "e2el")
 NAMES = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
 
@@ -16,7 +18,7 @@ def _fmt_bytes(n: int | None) -> str:
 
 def format_run_table(r: dict) -> str:
     """The printed summary of one run, laid out like vLLM's bench serve output."""
-    pcts = r.get("percentiles", [90, 99])
+    pcts = r.get("percentiles", DEFAULT_PERCENTILES)
     rows: list[tuple[str, str]] = [
         ("Successful requests:", str(r["completed"])),
         ("Failed requests:", str(r["failed"])),
@@ -39,7 +41,7 @@ def format_run_table(r: dict) -> str:
     lines += [f"{k:<40} {v:<15}" for k, v in rows]
     for m in METRICS:
         lines.append("{:-^56}".format(f" {NAMES[m]} "))
-        for stat in ("mean", "median", "std") + tuple(f"p{_pw(p)}" for p in pcts):
+        for stat in ("mean", "median", "std") + tuple(f"p{pct_word(p)}" for p in pcts):
             key = f"{stat}_{m}_ms"
             if key in r:
                 lines.append(f"{f'{stat.capitalize()} {NAMES[m]} (ms):':<40} {r[key]:<15.2f}")
@@ -55,10 +57,6 @@ def format_run_table(r: dict) -> str:
             lines.append(f"warning: {r[key]} requests with {what}")
     lines.append("=" * 56)
     return "\n".join(lines)
-
-
-def _pw(p: float) -> str:
-    return str(int(p)) if int(p) == p else str(p)
 
 
 def markdown_summary(results: dict[str, dict]) -> str:
@@ -152,7 +150,8 @@ def plot(results: dict[str, dict], out_dir: Path) -> list[Path]:
     runs = {k: v for k, v in results.items() if "ttfts" in v}
     out_dir.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
-    for key, title in (("ttft", "TTFT"), ("itl", "ITL")):
+    for key in ("ttft", "itl"):
+        title = NAMES[key]
         fig, ax = plt.subplots(figsize=(7, 4))
         for name, r in runs.items():
             ok = [e == "" or e is None for e in r["errors"]]

@@ -8,7 +8,7 @@ import os
 import random
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -51,8 +51,7 @@ class SSEParser:
 
     def flush(self) -> list[str]:
         """Events left when the stream closes without a final blank line."""
-        rest = self.feed(b"\n\n") if self._buf or self._data else []
-        return rest
+        return self.feed(b"\n\n") if self._buf or self._data else []
 
 
 def _line_end(buf: bytes) -> tuple[int, int] | None:
@@ -251,7 +250,7 @@ async def run_benchmark(cfg: RunConfig, records: list[dict]) -> dict:
         model = await fetch_model(client, cfg)
         if cfg.num_warmups > 0:
             warm = [records[i % len(records)] for i in range(cfg.num_warmups)]
-            wcfg = RunConfig(**{**asdict(cfg), "request_rate": float("inf")})
+            wcfg = replace(cfg, request_rate=float("inf"))
             await _replay(client, wcfg, model, warm, label="warmup")
         traces = await _replay(client, cfg, model, records, label="bench")
         peak_mem, gpu = await fetch_server_info(client, cfg)

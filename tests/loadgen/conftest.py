@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-SAMPLE = Path(__file__).resolve().parents[2] / "loadgen" / "data" / "sample_sharegpt.json"
-
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:

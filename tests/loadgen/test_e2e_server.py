@@ -8,17 +8,14 @@ that every request succeeded and that loadgen's token counts equal the server's 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from loadgen.ab import stop_process, wait_for_health
 from tests.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,18 +47,6 @@ REQUIRED_KEYS = (
 pytestmark = pytest.mark.slow
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop the server's process group (the API process forks an engine process)."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log_path = tmp_path_factory.mktemp("server") / "server.log"
@@ -76,23 +61,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"server exited with {proc.returncode}:\n{log_path.read_text(errors='replace')[-4000:]}"
-                )
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"no /health 200 within 120 s:\n{log_path.read_text(errors='replace')[-4000:]}")
-            time.sleep(0.5)
+        try:
+            wait_for_health(url, 120, proc)
+        except (RuntimeError, TimeoutError) as e:
+            pytest.fail(f"{e}:\n{log_path.read_text(errors='replace')[-4000:]}")
         yield url
     finally:
-        _stop(proc)
+        stop_process(proc)  # the server's process group: the API process forks an engine process
 
 
 def _make_tiny(ckpt: Path) -> Path:

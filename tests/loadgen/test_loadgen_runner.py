@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from loadgen.__main__ import main
 from loadgen.runner import RunConfig, SSEParser, run_benchmark
+from tests.procs import free_port
 
 FIRST_DELAY = 0.05  # server-side sleep before the first token
 TOKEN_DELAY = 0.02  # and between tokens
@@ -94,16 +95,10 @@ class FakeServer:
         return StreamingResponse(gen(), media_type="text/event-stream")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def fake_server(request: pytest.FixtureRequest):
     fake = FakeServer(api_key=getattr(request, "param", None))
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(fake.app, host="127.0.0.1", port=port, log_level="warning"))
     th = threading.Thread(target=server.run, daemon=True)
     th.start()
@@ -282,7 +277,7 @@ def test_ab_starts_and_stops_server_commands(tmp_path: Path) -> None:
 
     script = tmp_path / "srv.py"
     script.write_text(FAKE_SERVER_SCRIPT)
-    port = _free_port()
+    port = free_port()
     cmd = f"{sys.executable} {script} {port}"
     cfg = RunConfig(base_url=f"http://127.0.0.1:{port}", concurrency=2, progress=False)
     out = tmp_path / "ab"
