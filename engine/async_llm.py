@@ -24,7 +24,6 @@ from engine.messages import AddRequests, EngineOutputs, EngineRequest, StepStats
 from engine.outputs import (
     ContextLengthError,
     Detokenizer,
-    FallbackDetokenizer,
     InvalidRequestError,
     QueueFullError,
     RequestOutput,
@@ -33,6 +32,7 @@ from engine.outputs import (
 )
 from engine.sampling_params import SamplingParams
 from engine.step import Runner
+from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 
 __all__ = [
     "AsyncLLM",
@@ -105,8 +105,6 @@ class AsyncLLM:
         """Start the engine (a child process, or a thread when in_process or a runner object is given)."""
         loop = asyncio.get_running_loop()
         if tokenizer is None:
-            from engine.tokenizer import Tokenizer
-
             tokenizer = await asyncio.to_thread(Tokenizer.from_dir, config.model.model)
         client: EngineCoreClient
         if in_process or runner is not None:
@@ -172,14 +170,7 @@ class AsyncLLM:
             raise ContextLengthError(len(ids), params.max_tokens, self.max_model_len)
 
     def _detokenizer(self, skip_special_tokens: bool) -> Detokenizer:
-        try:
-            from engine.tokenizer import IncrementalDetokenizer, Tokenizer
-        except ImportError:
-            return FallbackDetokenizer(self.tokenizer, skip_special_tokens)
-        if isinstance(self.tokenizer, Tokenizer):
-            det: Detokenizer = IncrementalDetokenizer(self.tokenizer, skip_special_tokens=skip_special_tokens)
-            return det
-        return FallbackDetokenizer(self.tokenizer, skip_special_tokens)
+        return IncrementalDetokenizer(self.tokenizer, skip_special_tokens=skip_special_tokens)
 
     def _flush_wave(self) -> None:
         self._flush_handle = None

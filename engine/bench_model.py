@@ -24,7 +24,7 @@ from engine.sampling_params import SamplingParams
 from engine.step import ScheduledSeq
 
 
-def _seqs(runner: ModelRunner, toks, computed, tables, ids, outs, greedy) -> list[ScheduledSeq]:
+def _seqs(toks, computed, tables, ids, outs, greedy) -> list[ScheduledSeq]:
     return [
         ScheduledSeq(
             token_ids=toks[i],
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     pre_times = []
     for start in range(0, a.batch, per_step):
         ids = list(range(start, min(a.batch, start + per_step)))
-        seqs = _seqs(runner, prompts, [0] * a.batch, tables, ids, outs, greedy)
+        seqs = _seqs(prompts, [0] * a.batch, tables, ids, outs, greedy)
         t0 = time.perf_counter()
         res = runner.execute_model(seqs)
         pre_times.append(time.perf_counter() - t0)
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     def decode_step() -> float:
         toks = [[o[-1]] for o in outs]
         computed = [len(p) + len(o) - 1 for p, o in zip(prompts, outs, strict=True)]
-        seqs = _seqs(runner, toks, computed, tables, range(a.batch), outs, greedy)
+        seqs = _seqs(toks, computed, tables, range(a.batch), outs, greedy)
         t0 = time.perf_counter()
         res = runner.execute_model(seqs)
         for o, tok in zip(outs, res.token_ids, strict=True):
@@ -108,9 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     # The forward alone, on the same batch shape, with CUDA events.
     toks = [[o[-1]] for o in outs]
     computed = [len(p) + len(o) - 1 for p, o in zip(prompts, outs, strict=True)]
-    fb = ForwardBatch.build(
-        _seqs(runner, toks, computed, tables, range(a.batch), outs, greedy), bs, runner.device
-    )
+    fb = ForwardBatch.build(_seqs(toks, computed, tables, range(a.batch), outs, greedy), bs, runner.device)
     fwd = []
     cuda = runner.device.type == "cuda"
     for _ in range(10):

@@ -68,9 +68,3 @@ class ModelCache:
             block_size=block_size,
             num_slots=num_slots,
         )
-
-    def reset_slots(self, slots: torch.Tensor) -> None:
-        """Zero the state of the given slots (not needed for correctness: has_initial_state gates reads)."""
-        for c, s in zip(self.conv_state, self.ssm_state, strict=False):
-            c[slots] = 0
-            s[slots] = 0

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import zmq
 
 from engine.config import EngineConfig
@@ -85,7 +86,7 @@ class EngineCore:
         try:
             if call.method == "stats":
                 result: Any = {
-                    **msgspec_to_dict(self._stats(0.0, None)),
+                    **msgspec.structs.asdict(self._stats(0.0, None)),
                     "total_preemptions": self.scheduler.total_preemptions,
                 }
             elif call.method == "check":
@@ -151,12 +152,6 @@ class EngineCore:
         outs, self._pending = self._pending, []
         outs += [EngineOutput(rid, finish_reason="error", error=error) for rid in self.scheduler.requests]
         return EngineOutputs(outs, engine_error=error)
-
-
-def msgspec_to_dict(obj: Any) -> Any:
-    import msgspec
-
-    return msgspec.structs.asdict(obj)
 
 
 def run_busy_loop(
@@ -238,9 +233,10 @@ def run_engine_core(
     ]
     for t in threads:
         t.start()
-    ready.send(encode(core.ready_info()))
+    info = core.ready_info()
+    ready.send(encode(info))
     ready.close()
-    logger.info("engine ready: %s", core.ready_info())
+    logger.info("engine ready: %s", info)
 
     rc = run_busy_loop(core, inbox, outbox.put, lambda: os.getppid() != parent)
     stop.set()

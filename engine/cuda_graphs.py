@@ -49,7 +49,7 @@ def graph_bucket(
 ) -> tuple[int, int] | None:
     """The (batch, blocks) bucket for a decode-only step, or None when it must run eagerly: a prefill
     in the batch, a sequence without sampling, or a bucket beyond the graphs' KV budget."""
-    if not seqs or not all(len(s.token_ids) == 1 and s.num_computed > 0 and s.sample for s in seqs):
+    if not seqs or not all(s.is_decode and s.sample for s in seqs):
         return None
     b = _bucket(len(seqs), batches)
     n = _bucket(max(len(s.block_ids) for s in seqs), blocks)
@@ -96,10 +96,9 @@ class DecodeGraphs:
         for dst, vals in rows.items():
             vals = vals + [0] * (key[0] - len(vals))
             dst.copy_(torch.tensor(vals, dtype=dst.dtype).pin_memory(), non_blocking=True)
-        table = torch.zeros(key, dtype=torch.int32)
-        for i, s in enumerate(seqs):
-            table[i, : len(s.block_ids)] = torch.tensor(s.block_ids, dtype=torch.int32)
-        fb.block_table.copy_(table.pin_memory(), non_blocking=True)
+        width = key[1]
+        table = [list(s.block_ids) + [0] * (width - len(s.block_ids)) for s in seqs] + [[0] * width] * pad
+        fb.block_table.copy_(torch.tensor(table, dtype=torch.int32).pin_memory(), non_blocking=True)
         g.graph.replay()
         return g.logits[:b]
 

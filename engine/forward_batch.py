@@ -28,6 +28,11 @@ class SeqSpec:
     sample: bool = True
     """Whether the logits of the last new token are wanted."""
 
+    @property
+    def is_decode(self) -> bool:
+        """One new token on top of existing state; a ForwardBatch puts these first."""
+        return len(self.token_ids) == 1 and self.num_computed > 0
+
 
 @dataclass(frozen=True)
 class ForwardBatch:
@@ -92,7 +97,7 @@ class ForwardBatch:
             total = s.num_computed + n
             if len(s.block_ids) * block_size < total:
                 raise ValueError(f"block table covers {len(s.block_ids) * block_size} tokens, need {total}")
-            is_decode = n == 1 and s.num_computed > 0
+            is_decode = s.is_decode
             if is_decode and not seen_prefill:
                 num_decodes += 1
             elif is_decode:

@@ -51,7 +51,6 @@ def generate(
         tables.append(list(range(nxt, nxt + n)))
         nxt += n
     outs: list[list[int]] = [[] for _ in prompts]
-    done = [False] * len(prompts)
     # Prefill every prompt chunk by chunk; all prompts' k-th chunks go in one batch.
     plans = [_chunks(len(p), prefill_chunks) for p in prompts]
     computed = [0] * len(prompts)
@@ -76,14 +75,13 @@ def generate(
             )
             computed[i] += n
         # Single-token chunks with history count as decodes and must lead the batch.
-        seqs.sort(key=lambda s: not (len(s.token_ids) == 1 and s.num_computed > 0))
+        seqs.sort(key=lambda s: not s.is_decode)
         result = runner.execute_model(seqs)
         sampled = [s for s in seqs if s.sample]
         for s, tok in zip(sampled, result.token_ids, strict=False):
             outs[int(s.request_id)].append(tok)
     eos = set(runner.eos_token_ids)
-    for i in range(len(prompts)):
-        done[i] = stop_at_eos and outs[i][-1] in eos
+    done = [stop_at_eos and o[-1] in eos for o in outs]
     for _ in range(max_tokens - 1):
         live = [i for i in range(len(prompts)) if not done[i]]
         if not live:

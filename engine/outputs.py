@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from engine.messages import EngineOutput
 from engine.sampling_params import SamplingParams, TokenLogprobs
@@ -80,40 +80,6 @@ class RequestOutput:
 class Detokenizer(Protocol):
     def add(self, ids: Sequence[int]) -> str: ...
     def flush(self) -> str: ...
-
-
-class FallbackDetokenizer:
-    """Incremental decode for any tokenizer with ``decode(ids, skip_special_tokens=...)``.
-
-    Decodes a short window ending at the new tokens and emits only text that is complete: a trailing
-    U+FFFD means a multi-byte character is split across tokens, so it waits for the next token.
-    """
-
-    def __init__(self, tokenizer: Any, skip_special_tokens: bool = True) -> None:
-        self._tok = tokenizer
-        self._skip = skip_special_tokens
-        self._ids: list[int] = []
-        self._prefix = 0  # window start (tokens before it are settled)
-        self._read = 0  # tokens whose text has been emitted
-
-    def _decode(self, ids: list[int]) -> str:
-        text: str = self._tok.decode(ids, skip_special_tokens=self._skip)
-        return text
-
-    def add(self, ids: Sequence[int]) -> str:
-        self._ids.extend(ids)
-        prefix_text = self._decode(self._ids[self._prefix : self._read])
-        full = self._decode(self._ids[self._prefix :])
-        if full.endswith("\ufffd") or len(full) <= len(prefix_text):
-            return ""
-        self._prefix, self._read = self._read, len(self._ids)
-        return full[len(prefix_text) :]
-
-    def flush(self) -> str:
-        prefix_text = self._decode(self._ids[self._prefix : self._read])
-        full = self._decode(self._ids[self._prefix :])
-        self._prefix = self._read = len(self._ids)
-        return full[len(prefix_text) :]
 
 
 class RequestState:

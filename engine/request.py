@@ -57,10 +57,6 @@ class Request:
         return len(self.token_ids) - self.num_prompt_tokens
 
     @property
-    def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens :]
-
-    @property
     def max_num_tokens(self) -> int:
         """Tokens the request can ever hold: its KV footprint at the last step."""
         return self.num_prompt_tokens + self.params.max_tokens

@@ -50,26 +50,19 @@ class ModelRunner:
         if mc.dtype not in DTYPES:
             raise ValueError(f"unsupported dtype {mc.dtype!r} (bfloat16, float16 or float32)")
         self.dtype = DTYPES[mc.dtype]
-        backend = mc.gdn_backend
+        backend, arms = mc.gdn_backend, frozenset(mc.kernel_arms)
         if backend == "cuda":
-            from engine.ops.cuda import DEFAULT_ARMS, unsupported_reason
+            from engine.ops.cuda import DEFAULT_ARMS, unsupported_reason, usable_arms
 
             c = Qwen35Config.from_dir(mc.model)
             why = unsupported_reason(c.linear_key_head_dim, c.linear_value_head_dim, mc.dtype)
             if why is not None:
                 log.warning("gdn backend cuda cannot run this model (%s): using the torch reference ops", why)
                 backend = "torch"
-        arms = (
-            frozenset(mc.kernel_arms)
-            if mc.kernel_arms
-            else (DEFAULT_ARMS if backend == "cuda" else frozenset())
-        )
-        if backend == "cuda":
-            from engine.ops.cuda import usable_arms
-
-            arms, note = usable_arms(arms, c.linear_conv_kernel_dim)
-            if note:
-                log.warning("%s", note)
+            else:
+                arms, note = usable_arms(arms or DEFAULT_ARMS, c.linear_conv_kernel_dim)
+                if note:
+                    log.warning("%s", note)
         self.gdn_backend = backend
         self.ops = make_ops(backend, arms)
         self.model = build_model(mc.model, self.ops, self.dtype, self.device, mc.load_format, mc.seed)
@@ -159,16 +152,12 @@ class ModelRunner:
         ids, logprobs = self.sampler.sample(
             logits, [s.params for s in sampled], [s.num_output for s in sampled]
         )
-        self._track_memory()
         return SamplerOutput(ids, logprobs)
 
-    def _track_memory(self) -> None:
-        if self.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.device)
-            self._peak = max(self._peak, total - free)
-
     def device_memory(self) -> tuple[int, int]:
-        """(bytes in use on the device now, peak seen at step ends); includes CuPy and the CUDA context."""
+        """(bytes in use on the device now, peak seen at step ends); includes CuPy and the CUDA context.
+
+        EngineCore reads this at the end of every step, which is where the peak is sampled."""
         if self.device.type != "cuda":
             return 0, 0
         free, total = torch.cuda.mem_get_info(self.device)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import jinja2
 import jinja2.ext
@@ -264,8 +264,15 @@ def _normalize_message(message: Mapping[str, Any]) -> dict[str, Any]:
     return msg
 
 
+class SupportsDecode(Protocol):
+    def decode(self, ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+
 class IncrementalDetokenizer:
     """Streams text for a growing token sequence without ever splitting a UTF-8 character.
+
+    Works over any tokenizer with ``decode(ids, skip_special_tokens=...)`` (a :class:`Tokenizer`,
+    or a test stand-in).
 
     Keeps two offsets into the ids: ``prefix`` starts a short window of already-emitted tokens
     that gives the decoder context, ``read`` ends it. Each step decodes only ``ids[prefix:]`` and
@@ -276,7 +283,7 @@ class IncrementalDetokenizer:
 
     MAX_PENDING = 24  # tokens; past this the bytes will not form a character, emit them as U+FFFD
 
-    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
+    def __init__(self, tokenizer: SupportsDecode, skip_special_tokens: bool = True) -> None:
         self._tokenizer = tokenizer
         self._skip = skip_special_tokens
         self._ids: list[int] = []
