@@ -188,6 +188,7 @@ class BodyLimitMiddleware:
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self._too_large = APIError(413, f"Request body exceeds {max_bytes} bytes")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -201,9 +202,7 @@ class BodyLimitMiddleware:
                     await send_error(send, APIError(400, "Invalid Content-Length header"), close=True)
                     return
                 if declared > self.max_bytes:
-                    await send_error(
-                        send, APIError(413, f"Request body exceeds {self.max_bytes} bytes"), True
-                    )
+                    await send_error(send, self._too_large, close=True)
                     return
         received = 0
         started = False
@@ -227,4 +226,4 @@ class BodyLimitMiddleware:
             await self.app(scope, limited_receive, tracking_send)
         except PayloadTooLarge:
             if not started:
-                await send_error(send, APIError(413, f"Request body exceeds {self.max_bytes} bytes"), True)
+                await send_error(send, self._too_large, close=True)

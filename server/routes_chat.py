@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from engine.sampling_params import TokenLogprobs
 from engine.tokenizer import ChatTemplateError
 from server.app import ServerState, get_state
-from server.errors import APIError
+from server.errors import APIError, from_exception
 from server.metrics import RequestTimer
 from server.protocol import ChatCompletionRequest, ChatMessage, TemplateScalar
 from server.routes_completions import (
@@ -55,9 +55,7 @@ async def render_chat(
             **(kwargs or {}),
         )
     except ChatTemplateError as exc:
-        raise APIError(
-            400, f"Chat template could not be rendered: {str(exc)[:300]}", param="messages"
-        ) from exc
+        raise from_exception(exc) from exc
     except (TypeError, ValueError) as exc:
         raise APIError(400, "Chat template could not be rendered", param="chat_template_kwargs") from exc
     return await encode(st, text)

@@ -295,6 +295,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     merged = submit(st, prompts, params, stop, request_id, body.skip_special_tokens)
     tok = llm.tokenizer
     k = body.logprobs
+    head = {"id": request_id, "object": "text_completion", "created": created, "model": st.model_name}
 
     def piece(
         c: ChoiceState, text: str, ids: list[int], lps: Sequence[TokenLogprobs | None] | None, first: bool
@@ -325,18 +326,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
                     "stop_reason": c.stop_reason,
                 }
             )
-        return {
-            "id": request_id,
-            "object": "text_completion",
-            "created": created,
-            "model": st.model_name,
-            "choices": out,
-            "usage": usage(choices, body.n),
-        }
-
-    def chunk(choice: dict[str, Any]) -> bytes:
-        obj = {"id": request_id, "object": "text_completion", "created": created, "model": st.model_name}
-        return sse({**obj, "choices": [choice]})
+        return {**head, "choices": out, "usage": usage(choices, body.n)}
 
     def frames(index: int, out: Any) -> list[bytes]:
         c = choices[index]
@@ -347,15 +337,18 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         # (an incomplete UTF-8 sequence): clients then see every token's arrival, as from vLLM.
         if not (text or out.finished or out.new_token_ids or (lp_obj and lp_obj["tokens"])):
             return []
-        reason = out.finish_reason if out.finished else None
-        stop_reason = out.stop_reason if out.finished else None
-        choice = {"index": index, "text": text, "logprobs": lp_obj, "finish_reason": reason}
-        return [chunk({**choice, "stop_reason": stop_reason})]
+        choice = {
+            "index": index,
+            "text": text,
+            "logprobs": lp_obj,
+            "finish_reason": out.finish_reason if out.finished else None,
+            "stop_reason": out.stop_reason if out.finished else None,
+        }
+        return [sse({**head, "choices": [choice]})]
 
     def tail() -> list[bytes]:
         if not body.include_usage():
             return []
-        obj = {"id": request_id, "object": "text_completion", "created": created, "model": st.model_name}
-        return [sse({**obj, "choices": [], "usage": usage(choices, body.n)})]
+        return [sse({**head, "choices": [], "usage": usage(choices, body.n)})]
 
     return await respond(request, st, merged, choices, body.stream, build, frames, tail)

@@ -8,8 +8,7 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from server.app import _version, get_state
-from server.errors import APIError
+from server.app import ServerState, _version, get_state
 from server.metrics import CONTENT_TYPE
 from server.protocol import (
     DetokenizeRequest,
@@ -26,19 +25,20 @@ router = APIRouter()
 _STARTED = int(time.time())
 
 
+def _card(st: ServerState) -> ModelCard:
+    return ModelCard(id=st.model_name, created=_STARTED, max_model_len=st.llm.max_model_len)
+
+
 @router.get("/v1/models", response_model=ModelList)
 async def list_models(request: Request) -> ModelList:
-    st = get_state(request)
-    card = ModelCard(id=st.model_name, created=_STARTED, max_model_len=st.llm.max_model_len)
-    return ModelList(data=[card])
+    return ModelList(data=[_card(get_state(request))])
 
 
 @router.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=ERROR_RESPONSES)
 async def get_model(model_id: str, request: Request) -> ModelCard:
     st = get_state(request)
-    if model_id != st.model_name:
-        raise APIError(404, "The model does not exist", param="model", code="model_not_found")
-    return ModelCard(id=st.model_name, created=_STARTED, max_model_len=st.llm.max_model_len)
+    st.check_model(model_id)
+    return _card(st)
 
 
 @router.get("/health")

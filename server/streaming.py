@@ -129,9 +129,7 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
         if task.done():
             return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise ClientDisconnected
+        raise ClientDisconnected  # the finally below cancels the work
     finally:
         watcher.cancel()
         if not task.done():
