@@ -56,9 +56,9 @@ class MLP(nn.Module):
         self.gate_up = _param(2 * cfg.intermediate_size, cfg.hidden_size, dtype=dtype)
         self.down = _param(cfg.hidden_size, cfg.intermediate_size, dtype=dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ops: Ops) -> torch.Tensor:
         gu = F.linear(x, self.gate_up)  # [T, 2I]
-        return F.linear(F.silu(gu[:, : self.inter]) * gu[:, self.inter :], self.down)
+        return F.linear(ops.silu_mul(gu), self.down)
 
 
 class GatedDeltaNet(nn.Module):
@@ -199,12 +199,21 @@ class GatedAttention(nn.Module):
         h, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         qg, k, v = torch.split(F.linear(x, self.qkv_proj), self.splits, dim=-1)
         qg = qg.reshape(t, h, 2 * d)
-        q, gate = qg[..., :d], qg[..., d:]
-        q = ops.rms_norm(q.reshape(-1, d), self.q_norm, cfg.rms_norm_eps).reshape(t, h, d)
-        k = ops.rms_norm(k.reshape(-1, d), self.k_norm, cfg.rms_norm_eps).reshape(t, hkv, d)
-        v = v.reshape(t, hkv, d)
-        q, k = ops.apply_rope(q, k, fb.positions, cfg.rotary_dim, cfg.rope_theta)
-        ops.write_kv(k, v, k_cache, v_cache, fb.slot_mapping)
+        gate = qg[..., d:]
+        q = ops.qk_norm_rope_kv(
+            qg,
+            k.reshape(t, hkv, d),
+            v.reshape(t, hkv, d),
+            self.q_norm,
+            self.k_norm,
+            cfg.rms_norm_eps,
+            fb.positions,
+            cfg.rotary_dim,
+            cfg.rope_theta,
+            k_cache,
+            v_cache,
+            fb.slot_mapping,
+        )  # [T, H, D]; k, v are in the cache now
         o = ops.paged_attention(
             q,
             k_cache,

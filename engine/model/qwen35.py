@@ -50,22 +50,25 @@ class Qwen35Model(nn.Module):
     def forward(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
         """Returns fp32 logits ``[len(fb.logits_indices), vocab]`` for the sampled positions."""
         ops, eps = self.ops, self.cfg.rms_norm_eps
-        h = F.embedding(fb.input_ids, self.embed_tokens)  # [T, hidden]
+        # the residual stream h and the pending branch output x: each norm folds in the add before it
+        x = F.embedding(fb.input_ids, self.embed_tokens)  # [T, hidden]
+        h: torch.Tensor | None = None
         meta = GDNMeta.from_batch(fb)
         layer: DecoderLayer
         for i, layer in enumerate(self.layers):  # type: ignore[assignment]
-            x = ops.rms_norm(h, layer.input_norm, eps)
+            y, h = ops.add_rms_norm(x, h, layer.input_norm, eps)
             mixer = layer.mixer
             if isinstance(mixer, GatedDeltaNet):
                 j = self._linear_idx[i]
-                x = mixer(x, meta, cache.conv_state[j], cache.ssm_state[j], ops)
+                x = mixer(y, meta, cache.conv_state[j], cache.ssm_state[j], ops)
             else:
                 j = self._full_idx[i]
-                x = mixer(x, fb, cache.k_cache[j], cache.v_cache[j], ops)
-            h = h + x
-            h = h + layer.mlp(ops.rms_norm(h, layer.post_norm, eps))
-        h = ops.rms_norm(h[fb.logits_indices], self.norm, eps)
-        return F.linear(h, self.lm_head).float()
+                x = mixer(y, fb, cache.k_cache[j], cache.v_cache[j], ops)
+            y, h = ops.add_rms_norm(x, h, layer.post_norm, eps)
+            x = layer.mlp(y, ops)
+        rows = fb.logits_indices  # the last add and norm only for the sampled rows
+        y, _ = ops.add_rms_norm(x[rows], None if h is None else h[rows], self.norm, eps)
+        return F.linear(y, self.lm_head).float()
 
     def num_parameters(self) -> int:
         seen: set[int] = set()

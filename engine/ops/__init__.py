@@ -45,6 +45,14 @@ paged_attention(q [T, H, D], k_cache, v_cache, block_table [B, M], query_start_l
     Token j of sequence b sits at position num_computed[b] + j and attends causally to every cached
     position <= its own (the tokens of this step must already be written). GQA: head h uses kv head
     h // (H // Hkv). Softmax in fp32.
+add_rms_norm(x [N, D], residual [N, D] | None, weight [D], eps) -> (y [N, D], h [N, D])
+    h = residual + x in x.dtype (h is x when residual is None); y = rms_norm(h, weight, eps).
+silu_mul(gu [N, 2I]) -> [N, I]
+    silu(gu[:, :I]) * gu[:, I:] (SwiGLU on the fused gate|up projection).
+qk_norm_rope_kv(qg [T, H, 2D], k [T, Hkv, D], v [T, Hkv, D], q_norm [D], k_norm [D], eps, positions [T],
+                rotary_dim, theta, k_cache, v_cache, slot_mapping [T]) -> q [T, H, D]
+    qg holds each head's query then its gate; exactly rms_norm(q), rms_norm(k), apply_rope(q, k) and
+    write_kv(k, v, ...) in that order; the normed, rotated q comes back contiguous.
 
 Optional fused op (``None`` in a table: the model composes the ops above instead):
 
@@ -72,6 +80,9 @@ OP_NAMES = (
     "apply_rope",
     "write_kv",
     "paged_attention",
+    "add_rms_norm",
+    "silu_mul",
+    "qk_norm_rope_kv",
 )
 
 
@@ -89,6 +100,9 @@ class Ops:
     apply_rope: Callable[..., Any]
     write_kv: Callable[..., Any]
     paged_attention: Callable[..., Any]
+    add_rms_norm: Callable[..., Any]
+    silu_mul: Callable[..., Any]
+    qk_norm_rope_kv: Callable[..., Any]
     gdn_decode: Callable[..., Any] | None = None
     backend: str = "torch"
 

@@ -6,6 +6,7 @@ padded lengths come from host ints (``max_query_len``, ``max_seq_len``).
 
 from engine.ops.reference.attention import apply_rope, paged_attention, write_kv
 from engine.ops.reference.conv import causal_conv1d_decode, causal_conv1d_prefill
+from engine.ops.reference.fused import add_rms_norm, qk_norm_rope_kv, silu_mul
 from engine.ops.reference.gdn import (
     chunk_gated_delta_rule,
     gdn_decode,
@@ -15,6 +16,7 @@ from engine.ops.reference.gdn import (
 from engine.ops.reference.norm import gated_rms_norm, rms_norm
 
 __all__ = [
+    "add_rms_norm",
     "apply_rope",
     "causal_conv1d_decode",
     "causal_conv1d_prefill",
@@ -23,7 +25,9 @@ __all__ = [
     "gdn_decode",
     "gdn_gating",
     "paged_attention",
+    "qk_norm_rope_kv",
     "recurrent_gated_delta_rule",
     "rms_norm",
+    "silu_mul",
     "write_kv",
 ]
