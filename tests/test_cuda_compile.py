@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 CUDA_DIR = Path(__file__).resolve().parents[1] / "cuda"
-SOURCES = sorted(CUDA_DIR.glob("*.cu"))
+SOURCES = sorted(CUDA_DIR.rglob("*.cu"))  # per-op folders too (cuda/norm/fused.cu)
 ARCHS = (120, 90)
 # hot kernels: no spill allowed
 HOT = (
@@ -21,6 +21,9 @@ HOT = (
     "conv_decode_kernel",
     "gdn_decode_kernel",
     "gdn_chunk_kernel",
+    "add_rms_norm_kernel",
+    "silu_mul_kernel",
+    "qk_norm_rope_kv_kernel",
 )
 SMEM_LIMIT = 99 * 1024
 

@@ -16,12 +16,16 @@ ARMS = frozenset(
         "conv.vec4",
         "decode.fused",
         "prefill.tensorcore",
+        "norm.fused",
+        "attention.qk_fused",
     }
 )
 # Kept by the end-to-end A/B of docs/bench-evidence/2026-11-29-s2-gdn-kernels.md (run 2): W1 5% faster,
 # TTFT -7%, TPOT -4.5%, every metric outside the A/A band. conv.vec4 (26% faster conv prefill at
 # kernel level) was within the A/A noise end to end (run 3), so it stays off.
 DEFAULT_ARMS = frozenset({"conv.chunk8", "conv.k4", "decode.fused", "prefill.tensorcore"})
+# norm.fused (add_rms_norm, silu_mul) and attention.qk_fused (qk_norm_rope_kv): bf16 kernels of
+# cuda/norm/fused.cu, off until an end-to-end A/B; without them the reference compositions run.
 
 
 def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
@@ -35,6 +39,13 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
     fused: dict[str, Callable] = {}
     if "decode.fused" in arms:  # K4: a GDN layer's decode step in one launch (``Ops.gdn_decode``)
         fused["gdn_decode"] = functools.partial(decode.gdn_decode, arms=arms)
+    if arms & {"norm.fused", "attention.qk_fused"}:
+        from engine.ops.norm import fused_cuda
+
+        if "norm.fused" in arms:
+            fused |= {"add_rms_norm": fused_cuda.add_rms_norm, "silu_mul": fused_cuda.silu_mul}
+        if "attention.qk_fused" in arms:
+            fused["qk_norm_rope_kv"] = fused_cuda.qk_norm_rope_kv
     # K2+K3 on tensor cores (mma.sync); without the arm the fp32 token-recurrent kernel runs
     prefill = chunk.chunk_gated_delta_rule if "prefill.tensorcore" in arms else delta.chunk_gated_delta_rule
     return fused | {

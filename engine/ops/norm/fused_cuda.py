@@ -1,0 +1,192 @@
+"""Wrappers for cuda/norm/fused.cu: the bf16 fused elementwise ops of :mod:`engine.ops` (issue 10).
+
+``add_rms_norm``, ``silu_mul`` and ``qk_norm_rope_kv`` with the exact reference signatures
+(engine.ops.reference.fused). Outputs are allocated by torch, launches go on torch's current stream
+and nothing synchronises, so every call is CUDA-graph capturable once its kernel is compiled.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.ops.cuda.compile import check_cuda, f32, i32, kernel, launch, ptr, require
+from engine.ops.reference.attention import _inv_freq
+
+SRC = "norm/fused.cu"
+SILU_THREADS = 256
+QK_THREADS = 128  # the qk kernel's __launch_bounds__
+
+
+def _i64(x: int) -> object:
+    import numpy
+
+    return numpy.int64(x)
+
+
+def _rows_ok(t: torch.Tensor) -> bool:
+    """Rows of a 2-D bf16 tensor can be read as 16-byte vectors."""
+    return t.stride(-1) == 1 and t.stride(0) % 8 == 0 and t.data_ptr() % 16 == 0
+
+
+def _weight(op: str, w: torch.Tensor, d: int) -> str:
+    """The W_BF16 template argument for a norm weight, after checking it."""
+    check_cuda(f"{op} weight", w)
+    require(
+        w.dtype in (torch.bfloat16, torch.float32) and w.numel() == d and w.is_contiguous(),
+        f"{op}: weight must be a contiguous [{d}] bf16/fp32 tensor, got {tuple(w.shape)} {w.dtype}",
+    )
+    require(w.data_ptr() % 16 == 0, f"{op}: weight must be 16-byte aligned")
+    return "true" if w.dtype == torch.bfloat16 else "false"
+
+
+def norm_shape(d: int) -> tuple[int, int, int]:
+    """(VPT, TPR, ROWS) of add_rms_norm_kernel for a row of d values: TPR threads per row, VPT 16-byte
+    vectors per thread, ROWS rows per 128-thread CTA when a row needs at most one warp. Wide rows
+    (the hidden size) take one CTA of up to 512 threads so a decode step's few rows still spread out."""
+    require(d % 8 == 0 and d > 0, f"add_rms_norm: the row size must be a multiple of 8, got {d}")
+    vec = d // 8
+    if vec <= 32:
+        require(vec & (vec - 1) == 0, f"add_rms_norm: a row of {d} (< 256) must be 8 x a power of two")
+        return 1, vec, 128 // vec
+    for vpt in range(1, 9):
+        if vec % vpt == 0 and (vec // vpt) % 32 == 0 and vec // vpt <= 512:
+            return vpt, vec // vpt, 1
+    raise ValueError(f"add_rms_norm: no compiled layout for a row of {d} (d / 8 must split into warps)")
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x, residual [N, D] bf16 (row strides allowed) -> (y, h) [N, D] bf16, h = residual + x
+    (h is x itself when residual is None, as in the reference)."""
+    op = "add_rms_norm"
+    check_cuda(f"{op} x", x, torch.bfloat16, dim=2)
+    n, d = x.shape
+    if residual is not None:
+        check_cuda(f"{op} residual", residual, torch.bfloat16, dim=2)
+        require(residual.shape == x.shape, f"{op}: residual {tuple(residual.shape)} != x {tuple(x.shape)}")
+        require(_rows_ok(residual), f"{op}: residual rows must be contiguous and 16-byte aligned")
+    require(_rows_ok(x), f"{op}: x rows must be contiguous and 16-byte aligned")
+    wb = _weight(op, weight, d)
+    vpt, tpr, rows = norm_shape(d)
+    y = torch.empty((n, d), dtype=x.dtype, device=x.device)
+    h = x if residual is None else torch.empty((n, d), dtype=x.dtype, device=x.device)
+    if n == 0:
+        return y, h
+    has_res = "false" if residual is None else "true"
+    fn = kernel(SRC, f"add_rms_norm_kernel<{vpt}, {tpr}, {rows}, {has_res}, {wb}>")
+    res = x if residual is None else residual  # never read without the residual: any valid pointer
+    launch(
+        fn,
+        (-(-n // rows),),
+        (tpr * rows,),
+        (
+            ptr(x),
+            i32(x.stride(0)),
+            ptr(res),
+            i32(res.stride(0)),
+            ptr(weight),
+            ptr(y),
+            ptr(h),
+            i32(n),
+            f32(eps),
+        ),
+    )
+    return y, h
+
+
+def silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """gu [N, 2I] bf16 (row stride allowed) -> silu(gu[:, :I]) * gu[:, I:] as [N, I] bf16."""
+    op = "silu_mul"
+    check_cuda(f"{op} gu", gu, torch.bfloat16, dim=2)
+    n, two_i = gu.shape
+    require(two_i % 2 == 0, f"{op}: gu's last dim must be even (gate | up), got {two_i}")
+    inter = two_i // 2
+    require(gu.stride(1) == 1, f"{op}: gu rows must be contiguous")
+    out = torch.empty((n, inter), dtype=gu.dtype, device=gu.device)
+    if n == 0 or inter == 0:
+        return out
+    vec = 8 if inter % 8 == 0 and _rows_ok(gu) else 1
+    fn = kernel(SRC, f"silu_mul_kernel<{vec}, {SILU_THREADS}>")
+    items = n * inter // vec
+    launch(
+        fn,
+        (-(-items // SILU_THREADS),),
+        (SILU_THREADS,),
+        (ptr(gu), _i64(gu.stride(0)), ptr(out), i32(n), i32(inter)),
+    )
+    return out
+
+
+def _heads_ok(t: torch.Tensor) -> bool:
+    """[T, heads, D] rows readable as 16-byte vectors at any (token, head)."""
+    return t.stride(2) == 1 and t.stride(0) % 8 == 0 and t.stride(1) % 8 == 0 and t.data_ptr() % 16 == 0
+
+
+def qk_norm_rope_kv(
+    qg: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    eps: float,
+    positions: torch.Tensor,
+    rotary_dim: int,
+    theta: float,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> torch.Tensor:
+    """qg [T, H, 2D] (query | gate per head), k, v [T, Hkv, D] bf16 views -> q [T, H, D] contiguous,
+    normed and rotated; k (normed, rotated) and v written to the [NB, bs, Hkv, D] caches."""
+    op = "qk_norm_rope_kv"
+    check_cuda(f"{op} qg", qg, torch.bfloat16, dim=3)
+    check_cuda(f"{op} k", k, torch.bfloat16, dim=3)
+    check_cuda(f"{op} v", v, torch.bfloat16, dim=3)
+    t, h, d2 = qg.shape
+    d = d2 // 2
+    hkv = k.shape[1]
+    require(
+        k.shape == (t, hkv, d) and v.shape == (t, hkv, d),
+        f"{op}: k {tuple(k.shape)} and v {tuple(v.shape)} must both be [{t}, Hkv, {d}]",
+    )
+    require(d % 8 == 0 and d // 8 <= 32 and (d // 8) & (d // 8 - 1) == 0, f"{op}: head dim {d} not compiled")
+    require(
+        rotary_dim % 2 == 0 and 0 < rotary_dim <= d, f"{op}: rotary_dim {rotary_dim} must be even, <= {d}"
+    )
+    for name, x in (("qg", qg), ("k", k), ("v", v)):
+        require(_heads_ok(x), f"{op}: {name} heads must be contiguous and 16-byte aligned")
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        check_cuda(f"{op} {name}", c, torch.bfloat16, dim=4)
+        require(
+            c.shape[2:] == (hkv, d) and c.is_contiguous(),
+            f"{op}: {name} must be a contiguous [NB, bs, {hkv}, {d}] tensor, got {tuple(c.shape)}",
+        )
+    require(k_cache.shape == v_cache.shape, f"{op}: k_cache and v_cache shapes differ")
+    wb = _weight(op, q_norm, d)
+    require(_weight(op, k_norm, d) == wb, f"{op}: q_norm and k_norm must share a dtype")
+    require(
+        positions.shape == (t,) and slot_mapping.shape == (t,), f"{op}: positions/slot_mapping must be [{t}]"
+    )
+    pos = positions.to(torch.int64).contiguous()  # no copy for the model's int64 tensors
+    slots = slot_mapping.to(torch.int64).contiguous()
+    inv_freq = _inv_freq(rotary_dim, float(theta), qg.device)  # the reference's fp32 table, cached
+    q = torch.empty((t, h, d), dtype=qg.dtype, device=qg.device)
+    if t == 0:
+        return q
+    rows = QK_THREADS // (d // 8)
+    fn = kernel(SRC, f"qk_norm_rope_kv_kernel<{d}, {wb}>")
+    launch(
+        fn,
+        (t, -(-(h + hkv) // rows)),
+        (QK_THREADS,),
+        (
+            ptr(qg), i32(qg.stride(0)), i32(qg.stride(1)),
+            ptr(k), i32(k.stride(0)), i32(k.stride(1)),
+            ptr(v), i32(v.stride(0)), i32(v.stride(1)),
+            ptr(q_norm), ptr(k_norm), f32(eps),
+            ptr(pos), ptr(inv_freq), i32(rotary_dim),
+            ptr(k_cache), ptr(v_cache), ptr(slots), ptr(q), i32(h), i32(hkv),
+        ),
+    )  # fmt: skip
+    return q

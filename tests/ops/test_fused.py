@@ -1,0 +1,315 @@
+"""Fused elementwise ops (add_rms_norm, silu_mul, qk_norm_rope_kv).
+
+CPU: each reference composition equals the separate ops the model called before, bitwise, on fp32 and
+bf16 inputs shaped like the model's (strided projection views, scattered paged slots), and the op
+tables wire the CUDA kernels only under their arms.
+
+GPU (cuda/norm/fused.cu): each kernel against the fp32-internal torch reference (engine.ops.reference)
+on the same bf16 inputs, the composition the model runs today. Bound: the largest error of a row
+divided by the row's largest reference value, at most 8e-3, i.e. one bf16 ulp at the row scale
+(2^-7 = 7.8e-3): the kernels round where the reference rounds, so only a different fp32 summation
+order (the norms) or silu_mul's single rounding (the reference rounds silu(g) first) separates them.
+The norms must also agree bitwise on >= 99% of the values. Against the same math on inputs upcast
+to fp32 (no intermediate bf16 at all) the bound is one ulp for add_rms_norm (h and y each round once,
+2 x 2^-8) and silu_mul, and 2^-6 for qk_norm_rope_kv, whose rotated values pass through four bf16
+roundings in the reference (norm, cos/sin, both products, their sum). Outputs are poisoned before
+each run and every run is repeated and compared bitwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine.ops import OP_NAMES, make_ops
+from engine.ops import reference as ref
+
+DTYPES = [torch.float32, torch.bfloat16]
+BOUND = 8e-3
+
+
+def rand(rng: np.random.Generator, *shape: int, scale: float = 1.0, dtype=torch.float32, device="cpu"):
+    """Seeded normal data from numpy (independent of the CPU's vector instructions)."""
+    return torch.from_numpy(rng.standard_normal(shape, dtype=np.float32) * scale).to(
+        device=device, dtype=dtype
+    )
+
+
+def attn_views(rng, t, h, hkv, d, dtype, device="cpu"):
+    """qg [T, H, 2D], k, v [T, Hkv, D] as strided views of one fused projection output, like the model's."""
+    proj = rand(rng, t, 2 * h * d + 2 * hkv * d, scale=2.0, dtype=dtype, device=device)
+    qg, k, v = torch.split(proj, [2 * h * d, hkv * d, hkv * d], dim=-1)
+    return qg.reshape(t, h, 2 * d), k.reshape(t, hkv, d), v.reshape(t, hkv, d)
+
+
+def paged(rng, t, bs, hkv, d, dtype, device="cpu"):
+    """Caches with random contents and a scattered slot_mapping (distinct slots, any block order)."""
+    nb = t // bs + 5
+    kc = rand(rng, nb, bs, hkv, d, dtype=dtype, device=device)
+    vc = rand(rng, nb, bs, hkv, d, dtype=dtype, device=device)
+    slots = torch.from_numpy(rng.permutation(nb * bs)[:t].astype(np.int64)).to(device)
+    return kc, vc, slots
+
+
+# ------------------------------------------------------------------------------------------------ CPU
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_is_the_old_add_then_norm(dtype):
+    rng = np.random.default_rng(1)
+    x, res = rand(rng, 9, 64, dtype=dtype), rand(rng, 9, 64, scale=3.0, dtype=dtype)
+    w = rand(rng, 64, scale=0.1, dtype=dtype)
+    y, h = ref.add_rms_norm(x, res, w, 1e-6)
+    old_h = res + x  # the model's ``h = h + x``
+    assert torch.equal(h, old_h) and h.dtype == dtype
+    assert torch.equal(y, ref.rms_norm(old_h, w, 1e-6))
+    y0, h0 = ref.add_rms_norm(x, None, w, 1e-6)
+    assert h0 is x and torch.equal(y0, ref.rms_norm(x, w, 1e-6))
+    if dtype == torch.bfloat16:  # the add rounds once to bf16, as torch's bf16 add does
+        assert torch.equal(h, (res.float() + x.float()).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_mul_is_the_old_mlp_activation(dtype):
+    rng = np.random.default_rng(2)
+    inter = 40
+    gu = rand(rng, 7, 2 * inter + 6, scale=3.0, dtype=dtype)[:, 3 : 3 + 2 * inter]  # strided rows
+    out = ref.silu_mul(gu)
+    assert out.shape == (7, inter) and out.dtype == dtype
+    assert torch.equal(out, F.silu(gu[:, :inter]) * gu[:, inter:])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("h", "hkv", "d", "rot", "bs"), [(4, 2, 32, 8, 16), (4, 2, 64, 64, 32), (8, 2, 64, 16, 16)]
+)
+def test_qk_norm_rope_kv_is_the_old_attention_prologue(dtype, h, hkv, d, rot, bs):
+    rng = np.random.default_rng(3)
+    t = 37
+    qg, k, v = attn_views(rng, t, h, hkv, d, dtype)
+    qn, kn = rand(rng, d, scale=0.2, dtype=dtype), rand(rng, d, scale=0.2, dtype=dtype)
+    pos = torch.from_numpy(rng.integers(0, 50_000, t)).to(torch.int64)
+    kc, vc, slots = paged(rng, t, bs, hkv, d, dtype)
+    kc_old, vc_old = kc.clone(), vc.clone()
+    q = ref.qk_norm_rope_kv(qg, k, v, qn, kn, 1e-6, pos, rot, 1e7, kc, vc, slots)
+    # the separate calls GatedAttention.forward made before the fused op
+    q_old = ref.rms_norm(qg[..., :d].reshape(-1, d), qn, 1e-6).reshape(t, h, d)
+    k_old = ref.rms_norm(k.reshape(-1, d), kn, 1e-6).reshape(t, hkv, d)
+    q_old, k_old = ref.apply_rope(q_old, k_old, pos, rot, 1e7)
+    ref.write_kv(k_old, v, kc_old, vc_old, slots)
+    assert q.is_contiguous() and q.dtype == dtype
+    assert torch.equal(q, q_old)
+    assert torch.equal(kc, kc_old) and torch.equal(vc, vc_old)
+    flat = vc.view(-1, hkv, d)
+    assert torch.equal(flat[slots], v), "v goes to the cache unchanged"
+
+
+def test_op_table_carries_the_fused_ops():
+    ops = make_ops("torch")
+    assert {"add_rms_norm", "silu_mul", "qk_norm_rope_kv"} <= set(OP_NAMES)
+    assert ops.add_rms_norm is ref.add_rms_norm and ops.silu_mul is ref.silu_mul
+    assert ops.qk_norm_rope_kv is ref.qk_norm_rope_kv
+
+
+def test_cuda_table_uses_the_kernels_only_under_their_arms():
+    from engine.ops.cuda import ARMS, DEFAULT_ARMS, cuda_overrides
+    from engine.ops.norm import fused_cuda
+
+    assert {"norm.fused", "attention.qk_fused"} <= ARMS
+    assert not {"norm.fused", "attention.qk_fused"} & DEFAULT_ARMS
+    off = cuda_overrides(DEFAULT_ARMS)
+    assert not {"add_rms_norm", "silu_mul", "qk_norm_rope_kv"} & set(off)
+    norm_on = cuda_overrides(DEFAULT_ARMS | {"norm.fused"})
+    assert norm_on["add_rms_norm"] is fused_cuda.add_rms_norm and norm_on["silu_mul"] is fused_cuda.silu_mul
+    assert "qk_norm_rope_kv" not in norm_on
+    qk_on = cuda_overrides(frozenset({"attention.qk_fused"}))
+    assert qk_on["qk_norm_rope_kv"] is fused_cuda.qk_norm_rope_kv and "add_rms_norm" not in qk_on
+
+
+@pytest.mark.parametrize("d", [64, 256, 2560, 4096, 5120])
+def test_norm_layouts_cover_every_row(d):
+    from engine.ops.norm.fused_cuda import norm_shape
+
+    vpt, tpr, rows = norm_shape(d)
+    assert vpt * tpr * 8 == d and tpr * rows <= 512
+    assert (tpr <= 32 and tpr & (tpr - 1) == 0) or (tpr % 32 == 0 and rows == 1)
+
+
+def test_norm_layout_rejects_rows_it_cannot_split():
+    from engine.ops.norm.fused_cuda import norm_shape
+
+    with pytest.raises(ValueError, match="multiple of 8"):
+        norm_shape(100)
+    with pytest.raises(ValueError, match="power of two"):
+        norm_shape(96)
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+
+
+@pytest.fixture
+def fused_cuda():
+    pytest.importorskip("cupy")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from engine.ops.norm import fused_cuda as mod
+
+    return mod
+
+
+def poison(*shapes) -> None:
+    """Fill, then free, blocks of the output sizes so the caching allocator hands the op NaN memory."""
+    for shape in shapes:
+        torch.empty(shape, dtype=torch.bfloat16, device="cuda").fill_(float("nan"))
+
+
+def row_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    """max over rows of max |got - want| / max |want| (rows = all but the last dim)."""
+    g, w = got.float().reshape(-1, got.shape[-1]), want.float().reshape(-1, want.shape[-1])
+    assert torch.isfinite(g).all(), "non-finite output (an unwritten, poisoned element?)"
+    scale = w.abs().amax(-1).clamp_min(1e-30)
+    return ((g - w).abs().amax(-1) / scale).max().item()
+
+
+def twice(fn, shapes, state=()):
+    """Run fn twice on poisoned outputs (restoring ``state`` tensors between); results must match bitwise."""
+    saved = [s.clone() for s in state]
+    poison(*shapes)
+    a = fn()
+    after = [s.clone() for s in state]
+    for s, v in zip(state, saved, strict=True):
+        s.copy_(v)
+    poison(*shapes)
+    b = fn()
+    for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,), strict=True):
+        assert torch.equal(x.view(torch.int16), y.view(torch.int16)), "run-to-run mismatch"
+    for s, v in zip(state, after, strict=True):
+        assert torch.equal(s, v), "state run-to-run mismatch"
+    return a
+
+
+GPU_N = [1, 3, 63, 1000]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", GPU_N)
+@pytest.mark.parametrize("d", [64, 128, 256, 2560])
+@pytest.mark.parametrize("with_res", [True, False])
+def test_add_rms_norm_kernel(fused_cuda, n, d, with_res):
+    rng = np.random.default_rng(10 + n + d)
+    x = rand(rng, n, d + 16, scale=2.0, dtype=torch.bfloat16, device="cuda")[:, 8 : 8 + d]  # row stride
+    res = rand(rng, n, d, scale=4.0, dtype=torch.bfloat16, device="cuda") if with_res else None
+    w = rand(rng, d, scale=0.3, dtype=torch.bfloat16, device="cuda")
+    y, h = twice(lambda: fused_cuda.add_rms_norm(x, res, w, 1e-6), [(n, d), (n, d)])
+    want_y, want_h = ref.add_rms_norm(x, res, w, 1e-6)
+    assert torch.equal(h, want_h), "the residual add rounds exactly like torch's bf16 add"
+    assert row_err(y, want_y) <= BOUND and (y != want_y).float().mean().item() < 0.01
+    hf = x.float() if res is None else res.float() + x.float()
+    assert row_err(y, ref.rms_norm(hf, w.float(), 1e-6)) <= BOUND
+
+
+@pytest.mark.gpu
+def test_add_rms_norm_kernel_fp32_weight(fused_cuda):
+    rng = np.random.default_rng(5)
+    x, res = (rand(rng, 63, 2560, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    w = rand(rng, 2560, scale=0.3, device="cuda")
+    y, h = fused_cuda.add_rms_norm(x, res, w, 1e-6)
+    want_y, want_h = ref.add_rms_norm(x, res, w, 1e-6)
+    assert torch.equal(h, want_h) and row_err(y, want_y) <= BOUND
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", GPU_N)
+@pytest.mark.parametrize("inter", [9216, 256, 100])
+def test_silu_mul_kernel(fused_cuda, n, inter):
+    rng = np.random.default_rng(20 + n + inter)
+    gu = rand(rng, n, 2 * inter + 16, scale=3.0, dtype=torch.bfloat16, device="cuda")[:, 8 : 8 + 2 * inter]
+    out = twice(lambda: fused_cuda.silu_mul(gu), [(n, inter)])
+    assert row_err(out, ref.silu_mul(gu)) <= BOUND
+    want = ref.silu_mul(gu.float())
+    assert row_err(out, want) <= BOUND
+    # one rounding of the fp32 value: within half a bf16 ulp (2^-8 relative) of it
+    assert ((out.float() - want).abs() <= want.abs() * 2**-8 * (1 + 1e-5) + 1e-30).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", GPU_N)
+@pytest.mark.parametrize(
+    ("h", "hkv", "d", "rot"), [(16, 4, 256, 64), (4, 2, 64, 64), (4, 2, 128, 128), (8, 1, 128, 24)]
+)
+@pytest.mark.parametrize("bs", [16, 32])
+def test_qk_norm_rope_kv_kernel(fused_cuda, n, h, hkv, d, rot, bs):
+    rng = np.random.default_rng(30 + n + d + rot + bs)
+    qg, k, v = attn_views(rng, n, h, hkv, d, torch.bfloat16, "cuda")
+    qn = rand(rng, d, scale=0.3, dtype=torch.bfloat16, device="cuda")
+    kn = rand(rng, d, scale=0.3, dtype=torch.bfloat16, device="cuda")
+    pos = torch.from_numpy(rng.integers(0, 200_000, n)).to("cuda")
+    kc, vc, slots = paged(rng, n, bs, hkv, d, torch.bfloat16, "cuda")
+    kc0, vc0 = kc.clone(), vc.clone()
+    args = (1e-6, pos, rot, 1e7)
+    q = twice(
+        lambda: fused_cuda.qk_norm_rope_kv(qg, k, v, qn, kn, *args, kc, vc, slots), [(n, h, d)], (kc, vc)
+    )
+    kflat = kc.view(-1, hkv, d)
+    assert torch.equal(vc.view(-1, hkv, d)[slots], v)
+    untouched = torch.ones(kflat.shape[0], dtype=torch.bool, device="cuda")
+    untouched[slots] = False
+    assert torch.equal(kflat[untouched], kc0.view(-1, hkv, d)[untouched])
+    assert torch.equal(vc.view(-1, hkv, d)[untouched], vc0.view(-1, hkv, d)[untouched])
+    # the reference on the same bf16 inputs: the same roundings in the same places
+    kcb, vcb = kc0.clone(), vc0.clone()
+    qb = ref.qk_norm_rope_kv(qg, k, v, qn, kn, *args, kcb, vcb, slots)
+    assert row_err(q, qb) <= BOUND and (q != qb).float().mean().item() < 0.01
+    assert row_err(kflat[slots], kcb.view(-1, hkv, d)[slots]) <= BOUND
+    assert (kc != kcb).float().mean().item() < 0.01 and torch.equal(vc, vcb)
+    # the same math on fp32 inputs, without the reference's intermediate bf16 roundings
+    kc32, vc32 = kc0.float(), vc0.float()
+    q32 = ref.qk_norm_rope_kv(
+        qg.float(), k.float(), v.float(), qn.float(), kn.float(), *args, kc32, vc32, slots
+    )
+    assert row_err(q, q32) <= 2**-6
+    assert row_err(kflat[slots], kc32.view(-1, hkv, d)[slots]) <= 2**-6
+
+
+@pytest.mark.gpu
+def test_fused_ops_replay_in_a_cuda_graph(fused_cuda):
+    rng = np.random.default_rng(40)
+    t, h, hkv, d, hid, inter = 32, 16, 4, 256, 2560, 9216
+    x, res = (rand(rng, t, hid, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    w = rand(rng, hid, scale=0.3, dtype=torch.bfloat16, device="cuda")
+    gu = rand(rng, t, 2 * inter, dtype=torch.bfloat16, device="cuda")
+    qg, k, v = attn_views(rng, t, h, hkv, d, torch.bfloat16, "cuda")
+    qn, kn = (rand(rng, d, scale=0.3, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    pos = torch.from_numpy(rng.integers(0, 4096, t)).to("cuda")
+    kc, vc, slots = paged(rng, t, 16, hkv, d, torch.bfloat16, "cuda")
+
+    def step():
+        y, hh = fused_cuda.add_rms_norm(x, res, w, 1e-6)
+        q = fused_cuda.qk_norm_rope_kv(qg, k, v, qn, kn, 1e-6, pos, 64, 1e7, kc, vc, slots)
+        return y, hh, fused_cuda.silu_mul(gu), q
+
+    eager = [o.clone() for o in step()]
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outs = step()
+    for o in outs:
+        o.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(outs, eager, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+def test_bad_inputs_name_the_tensor(fused_cuda):
+    x = torch.zeros(4, 64, dtype=torch.float32, device="cuda")
+    w = torch.zeros(64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="add_rms_norm x: expected dtype"):
+        fused_cuda.add_rms_norm(x, None, w, 1e-6)
+    with pytest.raises(ValueError, match="weight must be"):
+        fused_cuda.add_rms_norm(x.bfloat16(), None, w[:32], 1e-6)
+    with pytest.raises(ValueError, match="silu_mul gu"):
+        fused_cuda.silu_mul(torch.zeros(4, 3, 8, dtype=torch.bfloat16, device="cuda"))
