@@ -8,15 +8,13 @@ Timing as engine.ops.bench: each call captured R times into one CUDA graph with 
 replays divided by R. The fraction is of the device-copy bandwidth measured here the same way (a
 256 MiB copy), bytes = the op's unavoidable DRAM traffic (each input read once, each output written
 once). The last lines estimate one model step: per layer 2 add_rms_norm + 1 silu_mul, and one
-qk_norm_rope_kv per full-attention layer (32 and 8 for the 4B). ``--model-step`` then times the 4B
-dummy model's forward with and without the fused arms (``model_steps``).
+qk_norm_rope_kv per full-attention layer (32 and 8 for the 4B). ``--model-step`` then runs the 4B
+dummy model with and without the fused arms (engine/ops/bench_fused_model.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -31,7 +29,6 @@ HID, INTER, H, HKV, D, ROT, THETA, BS = 2560, 9216, 16, 4, 256, 64, 1e7, 16
 LAYERS, ATTN_LAYERS = 32, 8
 EPS = 1e-6
 DEV = "cuda"
-FUSED_ARMS = frozenset({"norm.fused", "attention.qk_fused"})
 
 
 def bf16(rng: np.random.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor:
@@ -115,74 +112,6 @@ def bench(n: int, fused, rows: list, rng: np.random.Generator) -> dict[str, tupl
     return out
 
 
-def _forward_ms(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        torch.cuda.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return statistics.median(times)
-
-
-def _time_model(name, model, cache, prefill, decode, bs: int, reps: int) -> torch.Tensor:
-    """Print the prefill, eager decode and graph decode times; return the prefill logits."""
-    from engine.forward_batch import ForwardBatch
-
-    fb_p = ForwardBatch.build(prefill, bs, DEV)
-    fb_d = ForwardBatch.build(decode, bs, DEV)
-    ms_p = _forward_ms(lambda: model(fb_p, cache), reps)
-    logits = model(fb_p, cache).float()
-    ms_d = _forward_ms(lambda: model(fb_d, cache), reps)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        model(fb_d, cache)
-    ms_g = _forward_ms(graph.replay, reps)
-    print(
-        f"model {name:<8} prefill 2x1024 {ms_p:.2f} ms; decode B=32 eager {ms_d:.2f} ms, "
-        f"graph {ms_g:.2f} ms (forward, median of {reps})",
-        flush=True,
-    )
-    return logits
-
-
-def model_steps(tmp: Path, reps: int = 10) -> None:
-    """The 4B dummy model's forward (CUDA events, median of ``reps`` after 3 warm-ups) with the default
-    arms and with the fused arms added: a W1 prefill step (2 x 1,024 new tokens, eager) and a decode
-    step at batch 32 (context 1,024) eager and replayed from a CUDA graph, plus how far the fused arms
-    move the prefill logits. Model, cache and batch are built directly (no ModelRunner, so no engine
-    process dependencies); the dummy weights are seeded, so both arms run the same model."""
-    from engine.cache import ModelCache
-    from engine.forward_batch import SeqSpec
-    from engine.model.loader import build_model
-    from engine.model.presets import qwen35_4b_config
-    from engine.ops import make_ops
-    from engine.ops.cuda import DEFAULT_ARMS
-
-    (tmp / "config.json").write_text(json.dumps(qwen35_4b_config()))
-    bs, batch, plen = 32, 32, 1024
-    per_seq = plen // bs + 2
-    g = np.random.default_rng(1)
-    prompts = [g.integers(0, 248000, plen).tolist() for _ in range(2)]
-    tables = [list(range(1 + i * per_seq, 1 + (i + 1) * per_seq)) for i in range(batch)]
-    prefill = [SeqSpec(prompts[i], 0, tables[i], i + 1) for i in range(2)]
-    decode = [SeqSpec([7 + i], plen, tables[i], i + 1) for i in range(batch)]
-    logits = {}
-    for name, arms in (("default", DEFAULT_ARMS), ("+fused", DEFAULT_ARMS | FUSED_ARMS)):
-        model = build_model(tmp, make_ops("cuda", arms), torch.bfloat16, DEV, "dummy", 0)
-        cache = ModelCache.allocate(model.cfg, batch * per_seq + 1, bs, batch + 1, torch.bfloat16, DEV)
-        logits[name] = _time_model(name, model, cache, prefill, decode, bs, reps)
-        del model, cache
-        torch.cuda.empty_cache()
-    a, b = logits["default"], logits["+fused"]
-    print(f"model prefill logits +fused vs default: rel diff {((b - a).norm() / a.norm()).item():.2e}")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, nargs="*", default=[2048, 32])
@@ -212,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         t_fused = sum(per[k] * times[k][1] for k in per) / 1e3
         print(f"4B step at N={n}: these ops {t_ref:.2f} ms reference -> {t_fused:.2f} ms fused")
     if args.model_step:
+        from engine.ops.bench_fused_model import model_steps
+
         with tempfile.TemporaryDirectory() as tmp:
             model_steps(Path(tmp))
     return 0
