@@ -79,9 +79,9 @@ class DrainMiddleware:
 def build_app(llm: Any, server_config: ServerConfig | None = None) -> FastAPI:
     """The whole HTTP surface over one AsyncLLM."""
     from server.auth import APIKeyMiddleware
-    from server.routes_chat import router as chat_router
-    from server.routes_completions import router as completions_router
-    from server.routes_misc import router as misc_router
+    from server.routes.chat import router as chat_router
+    from server.routes.completions import router as completions_router
+    from server.routes.misc import router as misc_router
 
     config = server_config or ServerConfig()
     metrics = Metrics(llm.model_name, _device_name(llm))

@@ -136,7 +136,7 @@ class DrainingServer(uvicorn.Server):
 async def serve(
     engine_config: EngineConfig, server_config: ServerConfig, drain_timeout_s: float = DRAIN_TIMEOUT_S
 ) -> None:
-    from engine.async_llm import AsyncLLM
+    from engine.frontend.async_llm import AsyncLLM
 
     llm = await AsyncLLM.create(engine_config, server_config, in_process=False)
     try:
