@@ -17,7 +17,8 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from engine.config import EngineConfig, ServerConfig
-from server.app import ServerState, build_app
+from server.app import build_app
+from server.state import ServerState
 
 logger = logging.getLogger("deltaserve.server")
 

@@ -15,11 +15,10 @@ from fastapi.responses import Response
 
 from engine.frontend.tokenizer import ChatTemplateError
 from engine.sampling_params import TokenLogprobs
-from server.app import ServerState, get_state
 from server.errors import APIError, from_exception
 from server.metrics import RequestTimer
 from server.protocol import ChatCompletionRequest, ChatMessage, TemplateScalar
-from server.routes.completions import (
+from server.serving import (
     ERROR_RESPONSES,
     ChoiceState,
     check_common,
@@ -30,6 +29,7 @@ from server.routes.completions import (
     submit,
     usage,
 )
+from server.state import ServerState, get_state
 from server.streaming import sse
 
 logger = logging.getLogger("deltaserve.server")

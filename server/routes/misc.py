@@ -8,7 +8,6 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from server.app import ServerState, _version, get_state
 from server.metrics import CONTENT_TYPE
 from server.protocol import (
     DetokenizeRequest,
@@ -19,7 +18,8 @@ from server.protocol import (
     TokenizeResponse,
 )
 from server.routes.chat import render_chat
-from server.routes.completions import ERROR_RESPONSES, check_token_ids, encode
+from server.serving import ERROR_RESPONSES, check_token_ids, encode
+from server.state import ServerState, get_state, package_version
 
 router = APIRouter()
 _STARTED = int(time.time())
@@ -70,7 +70,7 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/version")
 async def version() -> dict[str, str]:
-    return {"version": _version(), "python": platform.python_version()}
+    return {"version": package_version(), "python": platform.python_version()}
 
 
 @router.post("/tokenize", response_model=TokenizeResponse, responses=ERROR_RESPONSES)
