@@ -20,7 +20,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out
     | tee -a "$out/gpu.txt"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    timeout 420 "$PY" -m pytest tests/gpu -m gpu -q -rA -p no:cacheprovider 2>&1 | tail -n 60 | tee "$out/gpu-tests.log"
+    timeout 420 "$PY" -m pytest tests -m gpu -q -rA -p no:cacheprovider 2>&1 | tail -n 60 | tee "$out/gpu-tests.log"
 fi
 
 wait_health() {  # $1 = port, $2 = seconds, $3 = server pid (give up at once if it exits)

@@ -78,10 +78,10 @@ def cmd_serve(ns: argparse.Namespace) -> int:
 
 
 def cmd_generate(ns: argparse.Namespace) -> int:
+    from engine.frontend.tokenizer import Tokenizer
     from engine.generate import generate
-    from engine.runner import ModelRunner
     from engine.sampling_params import SamplingParams
-    from engine.tokenizer import Tokenizer
+    from engine.worker.model_runner import ModelRunner
 
     engine, _ = configs_from_args(ns)
     runner = ModelRunner(engine)
@@ -95,7 +95,7 @@ def cmd_generate(ns: argparse.Namespace) -> int:
 
 
 def cmd_make_checkpoint(ns: argparse.Namespace) -> int:
-    from engine.model.presets import make_checkpoint
+    from engine.checkpoints.presets import make_checkpoint
 
     path = make_checkpoint(ns.dir, preset=ns.preset, seed=ns.seed, dtype=ns.dtype)
     print(path)

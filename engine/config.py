@@ -28,7 +28,7 @@ class ModelConfig:
     """torch (reference ops) or cuda (CuPy kernels); auto = cuda on GPU when CuPy imports, else torch."""
     kernel_arms: tuple[str, ...] = ()
     """The full set of kernel variants (arms) to use; empty = the defaults (conv.chunk8 conv.k4
-    decode.fused prefill.tensorcore). Also known: conv.vec4 (engine/ops/cuda/__init__.py)."""
+    decode.fused prefill.tensorcore). Also known: conv.vec4 (engine/ops/arms.py)."""
     max_model_len: int = 0
     """Context length (prompt + output); 0 = the model's max_position_embeddings capped at 32768."""
     seed: int = 0
@@ -112,7 +112,7 @@ def resolve_model(cfg: ModelConfig) -> ModelConfig:
                 pass
     model, default_name = cfg.model, ""
     if not model:
-        from engine.model.default import TINY_NAME, ensure_default_model
+        from engine.checkpoints.default import TINY_NAME, ensure_default_model
 
         model, default_name = str(ensure_default_model(default_cache_dir())), TINY_NAME
     name = cfg.served_model_name or default_name or Path(model).name

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from engine.runner import ModelRunner
 from engine.sampling_params import SamplingParams
-from engine.step import ScheduledSeq
+from engine.worker.model_runner import ModelRunner
+from engine.worker.step import ScheduledSeq
 
 
 def _chunks(n: int, sizes: Sequence[int] | None) -> list[int]:

@@ -1,4 +1,5 @@
-"""The FastAPI app factory. The app does not own the engine: whoever built the AsyncLLM shuts it down
+"""The FastAPI app factory: middlewares, error handlers and the routers of ``server.routes``. The app
+does not own the engine: whoever built the AsyncLLM shuts it down
 (``server.launch.serve`` in production, a fixture in tests)."""
 
 from __future__ import annotations
@@ -7,44 +8,17 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.config import ServerConfig
 from server.errors import APIError, BodyLimitMiddleware, install_error_handlers, send_error
 from server.metrics import Metrics
+from server.state import EngineClient, ServerState, package_version
 
 logger = logging.getLogger("deltaserve.server")
-
-
-@dataclass
-class ServerState:
-    """Everything a route needs, hung on ``app.state.ds``."""
-
-    llm: Any
-    config: ServerConfig
-    metrics: Metrics
-    model_name: str
-    draining: bool = False
-    in_flight: int = 0
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def check_model(self, name: str | None) -> None:
-        # An absent model means the only one we serve (vLLM does the same).
-        if name is not None and name != self.model_name:
-            raise APIError(404, "The model does not exist", param="model", code="model_not_found")
-
-    def engine_dead(self) -> bool:
-        """True once the engine is gone for good (AsyncLLM.is_alive is False)."""
-        alive = getattr(self.llm, "is_alive", True)
-        return not (alive() if callable(alive) else alive)
-
-
-def get_state(request: Request) -> ServerState:
-    return request.app.state.ds
 
 
 class DrainMiddleware:
@@ -76,12 +50,12 @@ class DrainMiddleware:
                 st.idle.set()
 
 
-def build_app(llm: Any, server_config: ServerConfig | None = None) -> FastAPI:
+def build_app(llm: EngineClient, server_config: ServerConfig | None = None) -> FastAPI:
     """The whole HTTP surface over one AsyncLLM."""
     from server.auth import APIKeyMiddleware
-    from server.routes_chat import router as chat_router
-    from server.routes_completions import router as completions_router
-    from server.routes_misc import router as misc_router
+    from server.routes.chat import router as chat_router
+    from server.routes.completions import router as completions_router
+    from server.routes.misc import router as misc_router
 
     config = server_config or ServerConfig()
     metrics = Metrics(llm.model_name, _device_name(llm))
@@ -99,7 +73,7 @@ def build_app(llm: Any, server_config: ServerConfig | None = None) -> FastAPI:
 
     app = FastAPI(
         title="deltaserve",
-        version=_version(),
+        version=package_version(),
         lifespan=lifespan,
         # No interactive docs: they pull JavaScript from a CDN and are one more surface to audit.
         docs_url=None,
@@ -124,11 +98,3 @@ def _device_name(llm: Any) -> str:
     if name is None:
         name = getattr(getattr(getattr(llm, "client", None), "ready_info", None), "device_name", None)
     return str(name or "unknown")
-
-
-def _version() -> str:
-    with contextlib.suppress(Exception):
-        from importlib.metadata import version
-
-        return version("deltaserve")
-    return "0.1.0"

@@ -16,8 +16,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.async_llm import ContextLengthError, EngineDeadError, InvalidRequestError, QueueFullError
-from engine.tokenizer import ChatTemplateError
+from engine.frontend.async_llm import ContextLengthError, EngineDeadError, InvalidRequestError, QueueFullError
+from engine.frontend.tokenizer import ChatTemplateError
 
 logger = logging.getLogger("deltaserve.server")
 

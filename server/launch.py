@@ -17,7 +17,8 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from engine.config import EngineConfig, ServerConfig
-from server.app import ServerState, build_app
+from server.app import build_app
+from server.state import ServerState
 
 logger = logging.getLogger("deltaserve.server")
 
@@ -136,7 +137,7 @@ class DrainingServer(uvicorn.Server):
 async def serve(
     engine_config: EngineConfig, server_config: ServerConfig, drain_timeout_s: float = DRAIN_TIMEOUT_S
 ) -> None:
-    from engine.async_llm import AsyncLLM
+    from engine.frontend.async_llm import AsyncLLM
 
     llm = await AsyncLLM.create(engine_config, server_config, in_process=False)
     try:

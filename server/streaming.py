@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from fastapi import Request
 
 if TYPE_CHECKING:
-    from engine.async_llm import RequestOutput
+    from engine.frontend.async_llm import RequestOutput
 
 T = TypeVar("T")
 # Background closers must be referenced until done: the loop only keeps weak references to tasks.

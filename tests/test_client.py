@@ -17,7 +17,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def client() -> AsyncIterator[DeltaClient]:
-    from engine.async_llm import AsyncLLM
+    from engine.frontend.async_llm import AsyncLLM
 
     llm = await AsyncLLM.create(
         EngineConfig(model=resolve_model(ModelConfig())), ServerConfig(), in_process=True

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from engine.model.config import LINEAR, Qwen35Config
-from engine.model.qwen35 import Qwen35Model
+from engine.model.qwen3_5.config import LINEAR, Qwen35Config
+from engine.model.qwen3_5.model import Qwen35Model
 from engine.ops import Ops
 
 log = logging.getLogger(__name__)

@@ -119,7 +119,7 @@ def make_ops(backend: str = "torch", arms: frozenset[str] = frozenset()) -> Ops:
     if backend == "torch":
         return ops
     if backend == "cuda":
-        from engine.ops.cuda import cuda_overrides
+        from engine.ops.arms import cuda_overrides
 
         return replace(ops, **cuda_overrides(arms), backend="cuda")
     raise ValueError(f"unknown op backend {backend!r} (expected 'torch' or 'cuda')")

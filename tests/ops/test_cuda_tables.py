@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine.ops.cuda.compile import arch_table, tuning_row, tuning_table
+from engine.ops.compile import arch_table, tuning_row, tuning_table
 
-TABLES = [("gdn_chunk.cu", "GDN_CHUNK_TABLE"), ("gdn_decode.cu", "DS_DECODE_TABLE")]
+TABLES = [("gdn/chunk.cu", "GDN_CHUNK_TABLE"), ("gdn/decode.cu", "DS_DECODE_TABLE")]
 
 
 def test_every_family_has_rows_for_sm80_sm90_sm120():
@@ -28,11 +28,11 @@ def test_row_is_the_newest_not_newer_than_the_device(src, macro):
 
 def test_unknown_macro_is_an_error():
     with pytest.raises(RuntimeError, match="no NOPE rows"):
-        tuning_table("gdn_chunk.cu", "NOPE")
+        tuning_table("gdn/chunk.cu", "NOPE")
 
 
 def test_fused_decode_dropped_for_conv_widths_it_cannot_run():
-    from engine.ops.cuda import DEFAULT_ARMS, usable_arms
+    from engine.ops.arms import DEFAULT_ARMS, usable_arms
 
     assert usable_arms(DEFAULT_ARMS, 4) == (DEFAULT_ARMS, None)
     arms, note = usable_arms(DEFAULT_ARMS, 3)

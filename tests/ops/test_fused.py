@@ -114,7 +114,7 @@ def test_op_table_carries_the_fused_ops():
 
 
 def test_cuda_table_uses_the_kernels_only_under_their_arms():
-    from engine.ops.cuda import ARMS, DEFAULT_ARMS, cuda_overrides
+    from engine.ops.arms import ARMS, DEFAULT_ARMS, cuda_overrides
     from engine.ops.norm import fused_cuda
 
     assert {"norm.fused", "attention.qk_fused"} <= ARMS

@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 
 from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
-from engine.forward_batch import ForwardBatch, SeqSpec
 from engine.generate import generate
-from engine.runner import ModelRunner
+from engine.model.forward_batch import ForwardBatch, SeqSpec
+from engine.worker.model_runner import ModelRunner
 
 CACHE_FILE = Path(__file__).with_name("hf_cache.json")
 

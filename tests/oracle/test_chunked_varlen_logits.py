@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine.forward_batch import ForwardBatch, SeqSpec
+from engine.model.forward_batch import ForwardBatch, SeqSpec
 from engine.ops import reference
 from tests.oracle import harness
 from tests.oracle.cases import CASES, PROMPTS, write_case

@@ -16,7 +16,7 @@ API_KEY = "test-key-0123456789"
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def llm() -> AsyncIterator[Any]:
-    from engine.async_llm import AsyncLLM
+    from engine.frontend.async_llm import AsyncLLM
 
     cfg = EngineConfig(model=resolve_model(ModelConfig()))
     engine = await AsyncLLM.create(cfg, ServerConfig(), in_process=True)

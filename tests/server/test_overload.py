@@ -7,8 +7,8 @@ import asyncio
 
 import httpx
 
-from engine.async_llm import AsyncLLM
 from engine.config import EngineConfig, ModelConfig, SchedulerConfig, ServerConfig, resolve_model
+from engine.frontend.async_llm import AsyncLLM
 from server.app import build_app
 from tests.server.conftest import assert_openai_error
 

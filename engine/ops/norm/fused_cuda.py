@@ -1,7 +1,7 @@
 """Wrappers for cuda/norm/fused.cu: the bf16 fused elementwise ops of :mod:`engine.ops` (issue 10).
 
 ``add_rms_norm``, ``silu_mul`` and ``qk_norm_rope_kv`` with the exact reference signatures
-(engine.ops.reference.fused). Outputs are allocated by torch, launches go on torch's current stream
+(engine.ops.norm.fused_reference). Outputs are allocated by torch, launches go on torch's current stream
 and nothing synchronises, so every call is CUDA-graph capturable once its kernel is compiled.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from engine.ops.cuda.compile import check_cuda, f32, i32, kernel, launch, ptr, require
-from engine.ops.reference.attention import _inv_freq
+from engine.ops.attention.reference import _inv_freq
+from engine.ops.compile import check_cuda, f32, i32, kernel, launch, ptr, require
 
 SRC = "norm/fused.cu"
 SILU_THREADS = 256

@@ -1,0 +1,243 @@
+"""Token-budget scheduler: no phases, chunked prefill and decode fall out of ``num_computed``.
+
+Each step spends ``max_num_batched_tokens`` over requests in order: running requests first (a decode
+costs 1 token, a running prefill continues with the next chunk), then waiting requests in arrival
+order. When KV blocks run out, the youngest running request is preempted by recompute: its blocks and
+slot are freed and it goes back to the head of the waiting queue with ``num_computed = 0``.
+Block and slot bookkeeping lives in :class:`~engine.core.kv_manager.KVManager`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from engine.config import SchedulerConfig
+from engine.core.kv_manager import KVManager
+from engine.core.request import Request, RequestStatus
+from engine.messages import EngineOutput
+from engine.worker.step import SamplerOutput, ScheduledSeq
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    seqs: list[ScheduledSeq]
+    """Decodes first, then prefill chunks (the runner requires that order)."""
+    requests: list[Request]
+    """Parallel to ``seqs``."""
+    num_admitted: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    num_preemptions: int
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+
+class Scheduler:
+    def __init__(
+        self, config: SchedulerConfig, kv: KVManager, eos_token_ids: Sequence[int], max_model_len: int
+    ) -> None:
+        self.budget = config.max_num_batched_tokens
+        # A running request holds a state slot, so the slot pool also caps the batch.
+        self.max_num_seqs = min(config.max_num_seqs, kv.num_slots)
+        self.kv = kv
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.max_model_len = max_model_len
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        """Oldest first: the youngest (last) is the one preempted."""
+        self.requests: dict[str, Request] = {}
+        self.total_preemptions = 0
+
+    # ---- queue changes -------------------------------------------------------------------------
+    def add_wave(self, requests: Iterable[Request]) -> list[EngineOutput]:
+        """Queue a whole wave in order; returns error outputs for requests that can never run."""
+        rejected: list[EngineOutput] = []
+        for req in requests:
+            error = self._admission_error(req)
+            if error is not None:
+                rejected.append(EngineOutput(req.request_id, finish_reason="error", error=error))
+                continue
+            self.requests[req.request_id] = req
+            self.waiting.append(req)
+        return rejected
+
+    def _admission_error(self, req: Request) -> str | None:
+        if req.request_id in self.requests:
+            return f"duplicate request id {req.request_id!r}"
+        if req.num_prompt_tokens == 0:
+            return "empty prompt"
+        if req.params.max_tokens < 1:
+            return "max_tokens must be >= 1"
+        if req.max_num_tokens > self.max_model_len:
+            return (
+                f"prompt ({req.num_prompt_tokens} tokens) + max_tokens ({req.params.max_tokens}) "
+                f"exceeds max_model_len {self.max_model_len}"
+            )
+        if not self.kv.can_ever_fit(req.max_num_tokens):
+            cap = self.kv.num_blocks * self.kv.block_size
+            return (
+                f"prompt ({req.num_prompt_tokens} tokens) + max_tokens ({req.params.max_tokens}) "
+                f"can never fit in the KV cache ({cap} tokens)"
+            )
+        return None
+
+    def abort(self, request_ids: Iterable[str]) -> list[str]:
+        """Drop requests in any state and free their memory now; unknown ids are ignored."""
+        aborted = []
+        for rid in request_ids:
+            req = self.requests.get(rid)
+            if req is None:
+                continue
+            if req.status is RequestStatus.RUNNING:
+                self.running.remove(req)
+            else:
+                self.waiting.remove(req)
+            self._finish(req, "abort")
+            aborted.append(rid)
+        return aborted
+
+    def _finish(self, req: Request, reason: str) -> None:
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = reason
+        self.kv.free(req.request_id)
+        del self.requests[req.request_id]
+
+    def _preempt(self, req: Request) -> None:
+        self.kv.free(req.request_id)
+        req.status = RequestStatus.WAITING
+        req.num_computed = 0
+        req.num_preemptions += 1
+        self.total_preemptions += 1
+        self.waiting.appendleft(req)
+
+    # ---- one step ------------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        budget = self.budget
+        chosen: list[tuple[Request, int]] = []
+        preempted = 0
+
+        i = 0
+        while i < len(self.running) and budget > 0 and len(chosen) < self.max_num_seqs:
+            req = self.running[i]
+            n = min(req.num_tokens - req.num_computed, budget)
+            while not self.kv.grow(req.request_id, req.num_computed + n):
+                victim = self.running.pop()  # youngest; never one already chosen (those are older)
+                self._preempt(victim)
+                preempted += 1
+                if victim is req:
+                    break
+            else:
+                chosen.append((req, n))
+                budget -= n
+                i += 1
+
+        admitted = 0
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not preempted:
+            req = self.waiting[0]
+            n = min(req.num_tokens - req.num_computed, budget)
+            # Strict FIFO: a head that does not fit blocks the queue rather than being overtaken.
+            if self.kv.num_free_slots == 0 or not self.kv.grow(req.request_id, req.num_computed + n):
+                break
+            self.kv.allocate_slot(req.request_id)
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            if not req.ever_scheduled:
+                req.ever_scheduled = True
+                admitted += 1
+            chosen.append((req, n))
+            budget -= n
+
+        decodes = [(r, n) for r, n in chosen if n == 1 and r.num_computed > 0]
+        prefills = [(r, n) for r, n in chosen if not (n == 1 and r.num_computed > 0)]
+        ordered = decodes + prefills
+        seqs = [self._seq(r, n) for r, n in ordered]
+        return SchedulerOutput(
+            seqs=seqs,
+            requests=[r for r, _ in ordered],
+            num_admitted=admitted,
+            num_prefill_tokens=sum(n for _, n in prefills),
+            num_decode_tokens=len(decodes),
+            num_preemptions=preempted,
+        )
+
+    def _seq(self, req: Request, n: int) -> ScheduledSeq:
+        start = req.num_computed
+        return ScheduledSeq(
+            token_ids=req.token_ids[start : start + n],
+            num_computed=start,
+            block_ids=tuple(self.kv.block_table(req.request_id)),
+            state_slot=self.kv.slot(req.request_id),
+            sample=start + n == req.num_tokens,
+            request_id=req.request_id,
+            params=req.params,
+            num_output=req.num_output,
+        )
+
+    def update(self, out: SchedulerOutput, sampled: SamplerOutput) -> list[EngineOutput]:
+        """Advance ``num_computed``, append sampled tokens, finish requests that stopped."""
+        results: list[EngineOutput] = []
+        k = 0
+        for seq, req in zip(out.seqs, out.requests, strict=True):
+            if req.is_finished:  # aborted between schedule and update; its slot of samples still counts
+                k += int(seq.sample)
+                continue
+            req.num_computed += len(seq.token_ids)
+            if not seq.sample:
+                continue
+            token = sampled.token_ids[k]
+            lp = sampled.logprobs[k] if k < len(sampled.logprobs) else None
+            k += 1
+            req.token_ids.append(token)
+            reason = self._stop_reason(req, token)
+            if reason is not None:
+                if reason == "stop":
+                    req.stop_token = token
+                self.running.remove(req)
+                self._finish(req, reason)
+            results.append(
+                EngineOutput(
+                    req.request_id,
+                    [token],
+                    [lp] if lp is not None else None,
+                    finish_reason=reason,
+                    stop_token=req.stop_token,
+                )
+            )
+        if k != len(sampled.token_ids):
+            raise RuntimeError(f"runner returned {len(sampled.token_ids)} tokens for {k} sampled sequences")
+        return results
+
+    def _stop_reason(self, req: Request, token: int) -> str | None:
+        p = req.params
+        # min_tokens counts tokens generated before this one: the first min_tokens never stop.
+        if req.num_output - 1 >= p.min_tokens and (
+            token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids)
+        ):
+            return "stop"
+        if req.num_output >= p.max_tokens or req.num_tokens >= self.max_model_len:
+            return "length"
+        return None
+
+    def check_invariants(self) -> None:
+        self.kv.check_invariants()
+        assert len(self.running) <= self.max_num_seqs
+        assert set(self.requests) == {r.request_id for r in self.waiting} | {
+            r.request_id for r in self.running
+        }
+        assert len(self.requests) == len(self.waiting) + len(self.running)
+        assert self.kv.owners() <= {r.request_id for r in self.running}
+        for r in self.waiting:
+            assert r.status is RequestStatus.WAITING and r.num_computed == 0
+        for r in self.running:
+            assert r.status is RequestStatus.RUNNING
+            assert self.kv.slot(r.request_id) >= 1
+            assert 0 <= r.num_computed < r.num_tokens
+            assert len(self.kv.block_table(r.request_id)) * self.kv.block_size >= r.num_computed

@@ -1,0 +1,230 @@
+"""Qwen3.5 layers over a flat varlen token batch: gated DeltaNet, gated full attention, SwiGLU MLP.
+
+Projections that read the same input are fused into one weight at load time (GDN: qkv|z|b|a;
+attention: q+gate|k|v; MLP: gate|up) so each layer issues one GEMM per input. The loader knows
+the row offsets (``fused_shards``). Every non-GEMM op goes through the ``Ops`` table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.model.forward_batch import ForwardBatch
+from engine.model.qwen3_5.config import Qwen35Config
+from engine.ops import Ops
+
+
+def _param(*shape: int, dtype: torch.dtype) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape, dtype=dtype), requires_grad=False)
+
+
+@dataclass(frozen=True)
+class GDNMeta:
+    """Per-step views of the batch for GDN layers, computed once per forward, not per layer."""
+
+    num_decodes: int
+    prefill_qsl: torch.Tensor  # [P+1] int32, offsets of the prefill sequences within the prefill tokens
+    prefill_slots: torch.Tensor  # [P] int32
+    prefill_has_state: torch.Tensor  # [P] bool
+    decode_slots: torch.Tensor  # [D] int32
+    prefill_max_len: int
+
+    @staticmethod
+    def from_batch(fb: ForwardBatch) -> GDNMeta:
+        nd = fb.num_decodes
+        lens = [
+            b - a for a, b in zip(fb.query_start_loc_cpu[nd:], fb.query_start_loc_cpu[nd + 1 :], strict=False)
+        ]
+        return GDNMeta(
+            num_decodes=nd,
+            prefill_qsl=fb.query_start_loc[nd:] - nd,
+            prefill_slots=fb.state_slot[nd:],
+            prefill_has_state=fb.has_initial_state[nd:],
+            decode_slots=fb.state_slot[:nd],
+            prefill_max_len=max(lens, default=0),
+        )
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: Qwen35Config, dtype: torch.dtype):
+        super().__init__()
+        self.inter = cfg.intermediate_size
+        self.gate_up = _param(2 * cfg.intermediate_size, cfg.hidden_size, dtype=dtype)
+        self.down = _param(cfg.hidden_size, cfg.intermediate_size, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, ops: Ops) -> torch.Tensor:
+        gu = F.linear(x, self.gate_up)  # [T, 2I]
+        return F.linear(ops.silu_mul(gu), self.down)
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, cfg: Qwen35Config, dtype: torch.dtype):
+        super().__init__()
+        self.cfg = cfg
+        nv = cfg.linear_num_value_heads
+        self.splits = [cfg.conv_dim, cfg.value_dim, nv, nv]  # qkv | z | b | a
+        self.in_proj = _param(sum(self.splits), cfg.hidden_size, dtype=dtype)
+        self.conv_weight = _param(cfg.conv_dim, cfg.linear_conv_kernel_dim, dtype=dtype)
+        # HF has no keep-in-fp32 modules, so A_log and the norm weight live in the model dtype.
+        self.A_log = _param(nv, dtype=dtype)
+        self.dt_bias = _param(nv, dtype=dtype)
+        self.norm_weight = _param(cfg.linear_value_head_dim, dtype=dtype)
+        self.out_proj = _param(cfg.hidden_size, cfg.value_dim, dtype=dtype)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [T, hidden]
+        meta: GDNMeta,
+        conv_state: torch.Tensor,  # [S, C, K-1]
+        ssm_state: torch.Tensor,  # [S, Nv, dk, dv] fp32
+        ops: Ops,
+    ) -> torch.Tensor:
+        cfg = self.cfg
+        qkv, z, b, a = torch.split(F.linear(x, self.in_proj), self.splits, dim=-1)
+        nd = meta.num_decodes
+        if nd == 0 or ops.gdn_decode is None:
+            y = self._mixed(qkv, z, b, a, nd, meta, conv_state, ssm_state, ops)
+        else:
+            # decode rows through the fused kernel (K4), the prefill rows (if any) as usual
+            y = ops.gdn_decode(
+                qkv[:nd],
+                z[:nd],
+                b[:nd],
+                a[:nd],
+                self.conv_weight,
+                conv_state,
+                self.A_log,
+                self.dt_bias,
+                self.norm_weight,
+                cfg.rms_norm_eps,
+                ssm_state,
+                meta.decode_slots,
+                cfg.linear_num_key_heads,
+            )
+            if nd < x.shape[0]:
+                rest = self._mixed(qkv[nd:], z[nd:], b[nd:], a[nd:], 0, meta, conv_state, ssm_state, ops)
+                y = torch.cat([y, rest])
+        return F.linear(y, self.out_proj)
+
+    def _mixed(
+        self,
+        qkv: torch.Tensor,  # [T, C]
+        z: torch.Tensor,  # [T, Nv*dv]
+        b: torch.Tensor,  # [T, Nv]
+        a: torch.Tensor,  # [T, Nv]
+        nd: int,  # how many leading rows are decodes (the rest are meta's prefill sequences)
+        meta: GDNMeta,
+        conv_state: torch.Tensor,
+        ssm_state: torch.Tensor,
+        ops: Ops,
+    ) -> torch.Tensor:
+        """Conv, gates, delta rule and gated norm as separate ops -> [T, Nv*dv] (out_proj's input)."""
+        cfg = self.cfg
+        t = qkv.shape[0]
+        parts = []
+        if nd:
+            parts.append(ops.causal_conv1d_decode(qkv[:nd], self.conv_weight, conv_state, meta.decode_slots))
+        if nd < t:
+            parts.append(
+                ops.causal_conv1d_prefill(
+                    qkv[nd:],
+                    self.conv_weight,
+                    conv_state,
+                    meta.prefill_qsl,
+                    meta.prefill_slots,
+                    meta.prefill_has_state,
+                    meta.prefill_max_len,
+                )
+            )
+        qkv = parts[0] if len(parts) == 1 else torch.cat(parts)
+        q, k, v = torch.split(qkv, [cfg.key_dim, cfg.key_dim, cfg.value_dim], dim=-1)
+        q = q.reshape(t, cfg.linear_num_key_heads, cfg.linear_key_head_dim)
+        k = k.reshape(t, cfg.linear_num_key_heads, cfg.linear_key_head_dim)
+        v = v.reshape(t, cfg.linear_num_value_heads, cfg.linear_value_head_dim)
+        g, beta = ops.gdn_gating(a, b, self.A_log, self.dt_bias)
+        outs = []
+        if nd:
+            outs.append(
+                ops.recurrent_gated_delta_rule(
+                    q[:nd], k[:nd], v[:nd], g[:nd], beta[:nd], ssm_state, meta.decode_slots
+                )
+            )
+        if nd < t:
+            outs.append(
+                ops.chunk_gated_delta_rule(
+                    q[nd:],
+                    k[nd:],
+                    v[nd:],
+                    g[nd:],
+                    beta[nd:],
+                    ssm_state,
+                    meta.prefill_qsl,
+                    meta.prefill_slots,
+                    meta.prefill_has_state,
+                    meta.prefill_max_len,
+                )
+            )
+        o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, Nv, dv]
+        dv = cfg.linear_value_head_dim
+        y = ops.gated_rms_norm(o.reshape(-1, dv), z.reshape(-1, dv), self.norm_weight, cfg.rms_norm_eps)
+        return y.reshape(t, cfg.value_dim)
+
+
+class GatedAttention(nn.Module):
+    def __init__(self, cfg: Qwen35Config, dtype: torch.dtype):
+        super().__init__()
+        self.cfg = cfg
+        h, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.splits = [2 * h * d, hkv * d, hkv * d]  # per-head [query | gate] interleaved | k | v
+        self.qkv_proj = _param(sum(self.splits), cfg.hidden_size, dtype=dtype)
+        self.q_norm = _param(d, dtype=dtype)
+        self.k_norm = _param(d, dtype=dtype)
+        self.o_proj = _param(cfg.hidden_size, h * d, dtype=dtype)
+        self.scale = d**-0.5
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [T, hidden]
+        fb: ForwardBatch,
+        k_cache: torch.Tensor,  # [NB, bs, Hkv, D]
+        v_cache: torch.Tensor,
+        ops: Ops,
+    ) -> torch.Tensor:
+        cfg = self.cfg
+        t = x.shape[0]
+        h, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        qg, k, v = torch.split(F.linear(x, self.qkv_proj), self.splits, dim=-1)
+        qg = qg.reshape(t, h, 2 * d)
+        gate = qg[..., d:]
+        q = ops.qk_norm_rope_kv(
+            qg,
+            k.reshape(t, hkv, d),
+            v.reshape(t, hkv, d),
+            self.q_norm,
+            self.k_norm,
+            cfg.rms_norm_eps,
+            fb.positions,
+            cfg.rotary_dim,
+            cfg.rope_theta,
+            k_cache,
+            v_cache,
+            fb.slot_mapping,
+        )  # [T, H, D]; k, v are in the cache now
+        o = ops.paged_attention(
+            q,
+            k_cache,
+            v_cache,
+            fb.block_table,
+            fb.query_start_loc,
+            fb.seq_lens,
+            fb.num_computed,
+            self.scale,
+            fb.max_query_len,
+            fb.max_seq_len,
+        )  # [T, H, D]
+        o = o * torch.sigmoid(gate)
+        return F.linear(o.reshape(t, h * d), self.o_proj)

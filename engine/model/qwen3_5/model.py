@@ -1,0 +1,80 @@
+"""Qwen3.5 dense text model over a flat varlen batch (``ForwardBatch``), paged KV and GDN state slots."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.model.cache import ModelCache
+from engine.model.forward_batch import ForwardBatch
+from engine.model.qwen3_5.config import LINEAR, Qwen35Config
+from engine.model.qwen3_5.layers import MLP, GatedAttention, GatedDeltaNet, GDNMeta
+from engine.ops import Ops
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: Qwen35Config, layer_type: str, dtype: torch.dtype):
+        super().__init__()
+        self.is_linear = layer_type == LINEAR
+        self.mixer: GatedDeltaNet | GatedAttention = (
+            GatedDeltaNet(cfg, dtype) if self.is_linear else GatedAttention(cfg, dtype)
+        )
+        self.input_norm = nn.Parameter(torch.empty(cfg.hidden_size, dtype=dtype), requires_grad=False)
+        self.post_norm = nn.Parameter(torch.empty(cfg.hidden_size, dtype=dtype), requires_grad=False)
+        self.mlp = MLP(cfg, dtype)
+
+
+class Qwen35Model(nn.Module):
+    """Embedding -> decoder layers (GDN or gated attention, each followed by an MLP) -> norm -> lm_head."""
+
+    def __init__(self, cfg: Qwen35Config, ops: Ops, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.cfg = cfg
+        self.ops = ops
+        self.dtype = dtype
+        self.embed_tokens = nn.Parameter(torch.empty(cfg.vocab_size, cfg.hidden_size, dtype=dtype), False)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, t, dtype) for t in cfg.layer_types)
+        self.norm = nn.Parameter(torch.empty(cfg.hidden_size, dtype=dtype), requires_grad=False)
+        # Tied checkpoints share the embedding; untied ones get their own head.
+        self.lm_head = (
+            self.embed_tokens
+            if cfg.tie_word_embeddings
+            else nn.Parameter(torch.empty(cfg.vocab_size, cfg.hidden_size, dtype=dtype), False)
+        )
+        # Map a layer index to its slot in the GDN pools or the KV pools.
+        self._linear_idx = {layer: i for i, layer in enumerate(cfg.linear_layers)}
+        self._full_idx = {layer: i for i, layer in enumerate(cfg.full_layers)}
+
+    @torch.inference_mode()
+    def forward(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
+        """Returns fp32 logits ``[len(fb.logits_indices), vocab]`` for the sampled positions."""
+        ops, eps = self.ops, self.cfg.rms_norm_eps
+        # the residual stream h and the pending branch output x: each norm folds in the add before it
+        x = F.embedding(fb.input_ids, self.embed_tokens)  # [T, hidden]
+        h: torch.Tensor | None = None
+        meta = GDNMeta.from_batch(fb)
+        layer: DecoderLayer
+        for i, layer in enumerate(self.layers):  # type: ignore[assignment]
+            y, h = ops.add_rms_norm(x, h, layer.input_norm, eps)
+            mixer = layer.mixer
+            if isinstance(mixer, GatedDeltaNet):
+                j = self._linear_idx[i]
+                x = mixer(y, meta, cache.conv_state[j], cache.ssm_state[j], ops)
+            else:
+                j = self._full_idx[i]
+                x = mixer(y, fb, cache.k_cache[j], cache.v_cache[j], ops)
+            y, h = ops.add_rms_norm(x, h, layer.post_norm, eps)
+            x = layer.mlp(y, ops)
+        rows = fb.logits_indices  # the last add and norm only for the sampled rows
+        y, _ = ops.add_rms_norm(x[rows], None if h is None else h[rows], self.norm, eps)
+        return F.linear(y, self.lm_head).float()
+
+    def num_parameters(self) -> int:
+        seen: set[int] = set()
+        total = 0
+        for p in self.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                total += p.numel()
+        return total

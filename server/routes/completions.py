@@ -1,0 +1,165 @@
+"""POST /v1/completions: prompts (text, token ids, or lists of either) -> one wave -> text_completion."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from engine.sampling_params import TokenLogprobs
+from server.errors import APIError
+from server.metrics import RequestTimer
+from server.protocol import CompletionRequest
+from server.serving import (
+    ERROR_RESPONSES,
+    ChoiceState,
+    check_common,
+    check_token_ids,
+    encode,
+    resolve_max_tokens,
+    respond,
+    sampling_params,
+    submit,
+    usage,
+)
+from server.state import get_state
+from server.streaming import sse
+
+logger = logging.getLogger("deltaserve.server")
+router = APIRouter()
+
+
+# Completions -----------------------------------------------------------------------------------
+
+
+def _prompt_list(prompt: Any) -> list[str | list[int]]:
+    if isinstance(prompt, str):
+        return [prompt]
+    if prompt and isinstance(prompt[0], int):
+        return [prompt]
+    return list(prompt)
+
+
+def completion_logprobs(
+    tok: Any, token_ids: Sequence[int | None], lps: Sequence[TokenLogprobs | None], k: int, offset: int
+) -> tuple[dict[str, Any], int]:
+    """OpenAI's completions logprobs object; prompt tokens (echo) come with null logprobs."""
+    out: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for tid, lp in zip(token_ids, lps, strict=True):
+        piece = tok.decode([tid], skip_special_tokens=False) if tid is not None else ""
+        out["tokens"].append(piece)
+        out["text_offset"].append(offset)
+        offset += len(piece)
+        if lp is None:
+            out["token_logprobs"].append(None)
+            out["top_logprobs"].append(None)
+            continue
+        out["token_logprobs"].append(lp.logprob)
+        top = {piece: lp.logprob}
+        for alt_id, alt_lp in list(lp.top)[:k]:
+            top.setdefault(tok.decode([alt_id], skip_special_tokens=False), alt_lp)
+        out["top_logprobs"].append(top)
+    return out, offset
+
+
+@router.post("/v1/completions", response_model=None, responses=ERROR_RESPONSES)
+async def create_completion(body: CompletionRequest, request: Request) -> Response:
+    st = get_state(request)
+    check_common(body, st)
+    llm = st.llm
+    raw = _prompt_list(body.prompt)
+    if not raw or any(len(p) == 0 for p in raw):
+        raise APIError(400, "prompt must not be empty", param="prompt")
+    prompts: list[list[int]] = []
+    for p in raw:
+        if isinstance(p, str):
+            prompts.append(await encode(st, p))
+        else:
+            check_token_ids(p, llm.vocab_size, "prompt")
+            prompts.append(list(p))
+    if any(not ids for ids in prompts):
+        raise APIError(400, "prompt must not be empty", param="prompt")
+    params = []
+    for ids in prompts:
+        max_tokens = resolve_max_tokens(body.max_tokens, len(ids), llm.max_model_len)
+        params.append([sampling_params(body, max_tokens, body.logprobs, j) for j in range(body.n)])
+    stop = body.stop_list()
+    request_id = f"cmpl-{uuid.uuid4().hex}"
+    created = int(time.time())
+    logger.info(
+        "completion",
+        extra={"request_id": request_id, "prompts": len(prompts), "n": body.n, "stream": body.stream},
+    )
+    start = time.monotonic()
+    choices = [
+        ChoiceState(index=i * body.n + j, prompt_ids=ids, timer=RequestTimer(st.metrics, start))
+        for i, ids in enumerate(prompts)
+        for j in range(body.n)
+    ]
+    echo_text = [p if isinstance(p, str) else llm.tokenizer.decode(p) for p in raw] if body.echo else []
+    offsets = [0] * len(choices)
+    merged = submit(st, prompts, params, stop, request_id, body.skip_special_tokens)
+    tok = llm.tokenizer
+    k = body.logprobs
+    head = {"id": request_id, "object": "text_completion", "created": created, "model": st.model_name}
+
+    def piece(
+        c: ChoiceState, text: str, ids: list[int], lps: Sequence[TokenLogprobs | None] | None, first: bool
+    ):
+        """Text and logprobs of one stretch of output, with the echoed prompt in front of the first."""
+        lp_obj = None
+        if first and body.echo:
+            prompt_idx = c.index // body.n
+            text = echo_text[prompt_idx] + text
+            if k is not None:
+                ids = c.prompt_ids + ids
+                lps = [None] * len(c.prompt_ids) + list(lps or [])
+        if k is not None:
+            lps = list(lps or [])
+            lp_obj, offsets[c.index] = completion_logprobs(tok, ids[: len(lps)], lps, k, offsets[c.index])
+        return text, lp_obj
+
+    def build() -> dict[str, Any]:
+        out = []
+        for c in choices:
+            text, lp_obj = piece(c, "".join(c.text), c.token_ids, c.logprobs, True)
+            out.append(
+                {
+                    "index": c.index,
+                    "text": text,
+                    "logprobs": lp_obj,
+                    "finish_reason": c.finish_reason,
+                    "stop_reason": c.stop_reason,
+                }
+            )
+        return {**head, "choices": out, "usage": usage(choices, body.n)}
+
+    def frames(index: int, out: Any) -> list[bytes]:
+        c = choices[index]
+        first = not c.seen_output
+        c.add(out, st)
+        text, lp_obj = piece(c, out.new_text, list(out.new_token_ids), out.logprobs, first)
+        # One chunk per engine output that carries tokens, even when the text is still held back
+        # (an incomplete UTF-8 sequence): clients then see every token's arrival, as from vLLM.
+        if not (text or out.finished or out.new_token_ids or (lp_obj and lp_obj["tokens"])):
+            return []
+        choice = {
+            "index": index,
+            "text": text,
+            "logprobs": lp_obj,
+            "finish_reason": out.finish_reason if out.finished else None,
+            "stop_reason": out.stop_reason if out.finished else None,
+        }
+        return [sse({**head, "choices": [choice]})]
+
+    def tail() -> list[bytes]:
+        if not body.include_usage():
+            return []
+        return [sse({**head, "choices": [], "usage": usage(choices, body.n)})]
+
+    return await respond(request, st, merged, choices, body.stream, build, frames, tail)

@@ -1,0 +1,221 @@
+"""The request plumbing the completion and chat routes share: token-id and model checks,
+body -> SamplingParams, one wave per HTTP request, and the per-choice accumulator behind both the
+JSON and the SSE response."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from engine.sampling_params import SamplingParams, TokenLogprobs
+from server.errors import APIError, context_length_error, from_exception
+from server.metrics import RequestTimer
+from server.protocol import INT64_MIN, ErrorResponse, _Request
+from server.state import ServerState
+from server.streaming import (
+    SSE_DONE,
+    ClientDisconnected,
+    Deadline,
+    MergedOutputs,
+    error_event,
+    until_disconnect,
+)
+
+logger = logging.getLogger("deltaserve.server")
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 503)
+}
+# Prompts longer than this are tokenized off the event loop so one huge prompt cannot stall the rest.
+_THREAD_TOKENIZE_CHARS = 16384
+
+
+# Checks ----------------------------------------------------------
+
+
+def check_token_ids(ids: Sequence[int], vocab_size: int, param: str) -> None:
+    for t in ids:
+        if not 0 <= t < vocab_size:
+            raise APIError(400, f"{param} contains a token id outside [0, {vocab_size})", param=param)
+
+
+def check_common(body: _Request, st: ServerState) -> None:
+    """Checks that need the model: token ids against the vocab, logit_bias (validated, then refused)."""
+    st.check_model(body.model)
+    vocab = st.llm.vocab_size
+    if body.stop_token_ids:
+        check_token_ids(body.stop_token_ids, vocab, "stop_token_ids")
+    if body.logit_bias:
+        for key in body.logit_bias:
+            if not (key.isdigit() and len(key) < 20 and int(key) < vocab):
+                raise APIError(
+                    400, f"logit_bias contains a token id outside [0, {vocab})", param="logit_bias"
+                )
+        raise APIError(400, "logit_bias is not supported", param="logit_bias")
+    if body.max_tokens is not None and body.max_tokens > st.llm.max_model_len:
+        raise APIError(400, f"max_tokens must be at most {st.llm.max_model_len}", param="max_tokens")
+
+
+def resolve_max_tokens(requested: int | None, prompt_len: int, max_model_len: int) -> int:
+    # Absent: whatever room the context leaves (vLLM), at least 1 so an over-long prompt still fails below.
+    max_tokens = requested if requested is not None else max(1, max_model_len - prompt_len)
+    if prompt_len + max_tokens > max_model_len:
+        raise context_length_error(prompt_len, max_tokens, max_model_len)
+    return max_tokens
+
+
+def sampling_params(
+    body: _Request, max_tokens: int, logprobs: int | None, sample_index: int
+) -> SamplingParams:
+    seed = body.seed
+    if seed is not None and sample_index:
+        # n samples get seed, seed + 1, ...; wrap inside int64 instead of overflowing the wire format.
+        seed = (seed + sample_index - INT64_MIN) % 2**64 + INT64_MIN
+    if body.min_tokens > max_tokens:
+        raise APIError(400, "min_tokens must not exceed max_tokens", param="min_tokens")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=max(body.top_k, 0),
+        min_p=body.min_p,
+        seed=seed,
+        stop_token_ids=tuple(body.stop_token_ids or ()),
+        ignore_eos=body.ignore_eos,
+        min_tokens=body.min_tokens,
+        logprobs=logprobs,
+    )
+
+
+async def encode(st: ServerState, text: str, add_special_tokens: bool = False) -> list[int]:
+    tok = st.llm.tokenizer
+    if len(text) > _THREAD_TOKENIZE_CHARS:
+        return await asyncio.to_thread(tok.encode, text, add_special_tokens=add_special_tokens)
+    return tok.encode(text, add_special_tokens=add_special_tokens)
+
+
+def submit(
+    st: ServerState,
+    prompts: Sequence[list[int]],
+    params: Sequence[Sequence[SamplingParams]],
+    stop: Sequence[str],
+    request_id: str,
+    skip_special_tokens: bool,
+) -> MergedOutputs:
+    """Send every (prompt, sample) of one HTTP request to the engine as one wave; prompt-major order."""
+    items = [
+        (ids, p, f"{request_id}-{i}-{j}", tuple(stop))
+        for i, ids in enumerate(prompts)
+        for j, p in enumerate(params[i])
+    ]
+    if len(items) == 1:
+        ids, p, rid, stops = items[0]
+        iterators = [st.llm.generate(ids, p, rid, stop=stops, skip_special_tokens=skip_special_tokens)]
+    else:
+        iterators = st.llm.generate_wave(items, skip_special_tokens=skip_special_tokens)
+    return MergedOutputs(iterators)
+
+
+@dataclass
+class ChoiceState:
+    """What one choice has produced so far."""
+
+    index: int
+    prompt_ids: list[int]
+    timer: RequestTimer
+    text: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    seen_output: bool = False
+
+    def add(self, out: Any, st: ServerState) -> None:
+        self.timer.on_output(len(out.new_token_ids))
+        st.metrics.sample(st.llm)
+        self.seen_output = True
+        self.text.append(out.new_text)
+        self.token_ids.extend(out.new_token_ids)
+        if out.logprobs:
+            self.logprobs.extend(out.logprobs)
+        self.num_prompt_tokens = out.num_prompt_tokens or len(self.prompt_ids)
+        self.num_output_tokens = out.num_output_tokens or len(self.token_ids)
+        if out.finished:
+            self.finish_reason = out.finish_reason
+            self.stop_reason = out.stop_reason
+            st.metrics.observe_finished(
+                out.finish_reason,
+                self.num_prompt_tokens,
+                self.num_output_tokens,
+                time.monotonic() - self.timer.start,
+            )
+
+
+def usage(choices: Sequence[ChoiceState], n: int) -> dict[str, int]:
+    # Each prompt counts once however many samples it has (vLLM); every sample's output counts.
+    prompt = sum(c.num_prompt_tokens or len(c.prompt_ids) for c in choices[::n])
+    completion = sum(c.num_output_tokens for c in choices)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+async def collect(merged: MergedOutputs, choices: list[ChoiceState], st: ServerState, deadline: Deadline):
+    try:
+        while (item := await merged.next(deadline.remaining())) is not None:
+            choices[item[0]].add(item[1], st)
+    finally:
+        await merged.close_shielded()
+
+
+async def respond(
+    request: Request,
+    st: ServerState,
+    merged: MergedOutputs,
+    choices: list[ChoiceState],
+    stream: bool,
+    build: Callable[[], dict[str, Any]],
+    frames: Callable[[int, Any], list[bytes]],
+    tail: Callable[[], list[bytes]],
+) -> Response:
+    """Non-streaming: collect every choice, then ``build()`` the body. Streaming: wait for the first
+    output (so that queue-full or a dead engine is still a proper status code), then SSE."""
+    deadline = Deadline(st.config.request_timeout_s)
+    try:
+        if not stream:
+            await until_disconnect(request, collect(merged, choices, st, deadline))
+            return JSONResponse(build())
+        first = await until_disconnect(request, merged.next(deadline.remaining()))
+    except ClientDisconnected:
+        await merged.close_shielded()
+        return Response(status_code=499)
+    except BaseException:
+        await merged.close_shielded()
+        raise
+
+    async def body() -> AsyncIterator[bytes]:
+        failure: APIError | None = None
+        try:
+            item = first
+            while item is not None:
+                for frame in frames(*item):
+                    yield frame
+                item = await merged.next(deadline.remaining())
+            for frame in tail():
+                yield frame
+        except Exception as exc:
+            failure = from_exception(exc)
+        finally:
+            await merged.close_shielded()
+        if failure is not None:
+            logger.warning("stream failed: %s", failure.message)
+            yield error_event(failure.status, failure.message, failure.type, failure.code)
+        yield SSE_DONE
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

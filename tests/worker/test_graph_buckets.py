@@ -1,0 +1,43 @@
+"""CUDA-graph bucketing is pure host logic: which decode steps replay a graph, and of which size."""
+
+from __future__ import annotations
+
+from engine.worker.cuda_graphs import MAX_GRAPH_KV_TOKENS, batch_buckets, block_buckets, graph_bucket
+from engine.worker.step import ScheduledSeq
+
+
+def decode(n_blocks: int, computed: int = 5, sample: bool = True) -> ScheduledSeq:
+    return ScheduledSeq(
+        token_ids=[1],
+        num_computed=computed,
+        block_ids=list(range(1, n_blocks + 1)),
+        state_slot=1,
+        sample=sample,
+    )
+
+
+def test_buckets():
+    assert batch_buckets(64)[:5] == (1, 2, 4, 8, 16) and batch_buckets(64)[-1] == 64
+    assert batch_buckets(20) == (1, 2, 4, 8, 16, 20)
+    assert block_buckets(1024) == (8, 16, 32, 64, 128, 256, 512, 1024)
+    assert block_buckets(36) == (8, 16, 32, 36)
+    assert block_buckets(5) == (5,)
+
+
+def test_graph_bucket_picks_smallest_fitting_sizes():
+    b, n = batch_buckets(64), block_buckets(1024)
+    assert graph_bucket([decode(3)] * 5, b, n, 32) == (8, 8)
+    assert graph_bucket([decode(3)] * 32 + [decode(36)], b, n, 32) == (40, 64)
+
+
+def test_graph_bucket_refuses_what_must_run_eagerly():
+    b, n = batch_buckets(64), block_buckets(1024)
+    prefill = ScheduledSeq(token_ids=[1, 2], num_computed=0, block_ids=[1], state_slot=2)
+    assert graph_bucket([decode(2), prefill], b, n, 32) is None
+    assert graph_bucket([decode(2, computed=0)], b, n, 32) is None  # first token: no state yet
+    assert graph_bucket([decode(2, sample=False)], b, n, 32) is None
+    assert graph_bucket([], b, n, 32) is None
+    assert graph_bucket([decode(2)] * 65, b, n, 32) is None  # beyond max_num_seqs
+    # 64 sequences x 1,024 blocks x 32 tokens exceeds the graphs' KV budget.
+    assert 64 * 1024 * 32 > MAX_GRAPH_KV_TOKENS
+    assert graph_bucket([decode(1000)] * 64, b, n, 32) is None
