@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# End-to-end, order-alternated A/B of two kernel-arm sets (KERNELS.md: an arm is kept only if it wins
-# here), on one GPU: both servers stay up side by side (two Qwen3.5-4B dummy servers take ~50 GB), so
-# no run pays a server start, and `loadgen ab` alternates A B, B A, ... then an A/A pair for noise.
+# End-to-end, order-alternated A/B of two kernel-arm sets (docs/kernels.md "Arms": an arm becomes a
+# default only if it wins here), on one GPU: both servers stay up side by side (two Qwen3.5-4B dummy
+# servers take ~50 GB), so no run pays a server start, and `loadgen ab` alternates A B, B A, ... then an A/A pair for noise.
 #
 # Usage: deploy/ab-arms.sh CKPT_4B W1_JSONL OUT_DIR "ARMS_A" "ARMS_B" [PAIRS] [extra serve flags...]
 #   ARMS_*  space-separated arm names for --kernel-arms ("" = the defaults), e.g. "conv.chunk8 conv.k4 conv.vec4"

@@ -13,10 +13,11 @@ import inspect
 import json
 import logging
 import sys
+import typing
 from typing import Any
 
-from engine import config as cfgmod
 from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, ServerConfig
+from engine.worker.resolve import resolve_model
 
 SECTIONS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig)
 
@@ -36,6 +37,7 @@ def add_config_flags(p: argparse.ArgumentParser, sections: tuple[type, ...] = SE
     for cls in sections:
         group = p.add_argument_group(cls.__name__)
         docs = _field_docs(cls)
+        hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             flag = "--" + f.name.replace("_", "-")
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
@@ -46,6 +48,8 @@ def add_config_flags(p: argparse.ArgumentParser, sections: tuple[type, ...] = SE
                 kw["nargs"] = "*"
             else:
                 kw["type"] = type(default)
+                if typing.get_origin(hints[f.name]) is typing.Literal:
+                    kw["choices"] = typing.get_args(hints[f.name])
             group.add_argument(flag, **kw)
 
 
@@ -55,7 +59,7 @@ def configs_from_args(ns: argparse.Namespace) -> tuple[EngineConfig, ServerConfi
         vals = {k: tuple(v) if isinstance(v, list) else v for k, v in vals.items()}
         return cls(**vals)
 
-    model = cfgmod.resolve_model(build(ModelConfig))
+    model = resolve_model(build(ModelConfig))
     engine = EngineConfig(model=model, cache=build(CacheConfig), scheduler=build(SchedulerConfig))
     return engine, build(ServerConfig)
 

@@ -1,15 +1,20 @@
 """Frozen configuration, one dataclass per component.
 
-Each field's docstring is its CLI help (``engine.cli`` reads them). "auto" values are resolved once
-at start-up by :func:`resolve` into new frozen objects, which are logged; nothing mutates a config.
+Each field's docstring is its CLI help (``engine.cli`` reads them; a ``Literal`` type gives the flag
+its choices). "auto" values are resolved once at start-up by ``engine.worker.resolve.resolve_model``
+into new frozen objects, which are logged; nothing mutates a config.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
+
+Dtype = Literal["auto", "bfloat16", "float16", "float32"]
+LoadFormat = Literal["auto", "safetensors", "dummy"]
+GdnBackend = Literal["auto", "torch", "cuda"]
 
 
 @dataclass(frozen=True)
@@ -18,17 +23,17 @@ class ModelConfig:
     """Checkpoint directory (HF layout). Empty: the embedded tiny model (written to the cache dir once)."""
     served_model_name: str = ""
     """Name clients send as `model`; defaults to the checkpoint directory's name."""
-    dtype: str = "auto"
+    dtype: Dtype = "auto"
     """bfloat16, float16, float32 or auto (bfloat16 on CUDA, float32 on CPU)."""
-    load_format: str = "auto"
+    load_format: LoadFormat = "auto"
     """auto (safetensors) or dummy (seeded random weights of the exact shapes)."""
     device: str = "auto"
     """cuda, cpu or auto (cuda when available)."""
-    gdn_backend: str = "auto"
+    gdn_backend: GdnBackend = "auto"
     """torch (reference ops) or cuda (CuPy kernels); auto = cuda on GPU when CuPy imports, else torch."""
     kernel_arms: tuple[str, ...] = ()
     """The full set of kernel variants (arms) to use; empty = the defaults (conv.chunk8 conv.k4
-    decode.fused prefill.tensorcore). Also known: conv.vec4 (engine/ops/arms.py)."""
+    decode.fused prefill.tensorcore). Also known: conv.vec4 (the registry: engine/ops/arms.py)."""
     max_model_len: int = 0
     """Context length (prompt + output); 0 = the model's max_position_embeddings capped at 32768."""
     seed: int = 0
@@ -86,36 +91,3 @@ def default_cache_dir() -> Path:
     """Where the embedded tiny model is written: $DELTASERVE_CACHE or ~/.cache/deltaserve."""
     env = os.environ.get("DELTASERVE_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "deltaserve"
-
-
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_model(cfg: ModelConfig) -> ModelConfig:
-    """Fill every "auto" of a ModelConfig: device, dtype, gdn backend, the tiny default model path."""
-    device = resolve_device(cfg.device)
-    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
-    backend = cfg.gdn_backend
-    if backend == "auto":
-        backend = "torch"
-        if device.startswith("cuda"):
-            try:
-                import cupy  # noqa: F401
-
-                backend = "cuda"
-            except ImportError:
-                pass
-    model, default_name = cfg.model, ""
-    if not model:
-        from engine.checkpoints.default import TINY_NAME, ensure_default_model
-
-        model, default_name = str(ensure_default_model(default_cache_dir())), TINY_NAME
-    name = cfg.served_model_name or default_name or Path(model).name
-    return dataclasses.replace(
-        cfg, model=model, device=device, dtype=dtype, gdn_backend=backend, served_model_name=name
-    )

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from engine.sampling_params import SamplingParams, TokenLogprobs
+from engine.sampling_params import FinishReason, SamplingParams, TokenLogprobs
 
 
 class _Wire(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -81,8 +81,7 @@ class EngineOutput(_Wire):
     request_id: str
     new_token_ids: list[int] = []
     logprobs: list[TokenLogprobs] | None = None
-    finish_reason: str | None = None
-    """"stop" | "length" | "abort" | "error"."""
+    finish_reason: FinishReason | None = None
     stop_token: int | None = None
     error: str | None = None
 

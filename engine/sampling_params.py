@@ -1,8 +1,24 @@
-"""Per-request sampling parameters: one typed struct shared by the API process, the wire and the runner."""
+"""Per-request sampling parameters and finish reasons: typed values shared by the API process, the wire
+and the runner."""
 
 from __future__ import annotations
 
+import enum
+
 import msgspec
+
+
+class FinishReason(enum.StrEnum):
+    """Why a request ended, on the wire and in the OpenAI response (a str, so it serialises as itself)."""
+
+    STOP = "stop"
+    """A stop token or stop string."""
+    LENGTH = "length"
+    """max_tokens or the context length."""
+    ABORT = "abort"
+    """Aborted by the client (disconnect, timeout) or the API process."""
+    ERROR = "error"
+    """Rejected at admission or failed in the engine; the output's ``error`` says why."""
 
 
 class SamplingParams(msgspec.Struct, frozen=True, omit_defaults=True, array_like=True, gc=False):

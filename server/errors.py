@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.frontend.async_llm import ContextLengthError, EngineDeadError, InvalidRequestError, QueueFullError
+from engine.frontend.errors import EngineDeadError, InvalidRequestError, QueueFullError
 from engine.frontend.tokenizer import ChatTemplateError
 
 logger = logging.getLogger("deltaserve.server")
@@ -73,30 +73,12 @@ class PayloadTooLarge(HTTPException):
         super().__init__(413, f"Request body exceeds the limit of {limit} bytes")
 
 
-def context_length_error(prompt_len: int, max_tokens: int, max_model_len: int) -> APIError:
-    return APIError(
-        400,
-        f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-        f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the completion).",
-        param="max_tokens",
-        code="context_length_exceeded",
-    )
-
-
 def from_exception(exc: BaseException) -> APIError:
     """Map engine-side exceptions (raised by AsyncLLM) and our own to an APIError."""
     if isinstance(exc, APIError):
         return exc
-    if isinstance(exc, ContextLengthError):
-        prompt_len = getattr(exc, "prompt_len", None)
-        max_tokens = getattr(exc, "max_tokens", None)
-        max_len = getattr(exc, "max_model_len", None)
-        if isinstance(prompt_len, int) and isinstance(max_tokens, int) and isinstance(max_len, int):
-            return context_length_error(prompt_len, max_tokens, max_len)
-        return APIError(400, str(exc)[:500], param="max_tokens", code="context_length_exceeded")
-    if isinstance(exc, InvalidRequestError):
-        message = getattr(exc, "message", None) or str(exc)
-        return APIError(400, str(message)[:500], param=getattr(exc, "param", None))
+    if isinstance(exc, InvalidRequestError):  # ContextLengthError and RequestRejectedError too
+        return APIError(400, exc.message[:500], param=exc.param, code=exc.code)
     if isinstance(exc, ChatTemplateError):
         return APIError(400, f"Chat template could not be rendered: {str(exc)[:300]}", param="messages")
     if isinstance(exc, QueueFullError):
@@ -163,7 +145,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(HTTPException, on_http)
-    for cls in (APIError, ContextLengthError, InvalidRequestError, ChatTemplateError, QueueFullError):
+    for cls in (APIError, InvalidRequestError, ChatTemplateError, QueueFullError):
         app.add_exception_handler(cls, on_known)
     app.add_exception_handler(EngineDeadError, on_known)
     app.add_exception_handler(TimeoutError, on_known)

@@ -1,10 +1,9 @@
-"""The request plumbing the completion and chat routes share: token-id and model checks,
-body -> SamplingParams, one wave per HTTP request, and the per-choice accumulator behind both the
-JSON and the SSE response."""
+"""The request plumbing the completion and chat routes share: body -> SamplingParams, one wave per
+HTTP request, and the per-choice accumulator behind both the JSON and the SSE response. The request
+rules themselves belong to ``engine.frontend.input_processor`` (``st.llm.input_processor``)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -14,8 +13,9 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from engine.frontend.input_processor import PromptRequest
 from engine.sampling_params import SamplingParams, TokenLogprobs
-from server.errors import APIError, context_length_error, from_exception
+from server.errors import APIError, from_exception
 from server.metrics import RequestTimer
 from server.protocol import INT64_MIN, ErrorResponse, _Request
 from server.state import ServerState
@@ -32,42 +32,27 @@ logger = logging.getLogger("deltaserve.server")
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 503)
 }
-# Prompts longer than this are tokenized off the event loop so one huge prompt cannot stall the rest.
-_THREAD_TOKENIZE_CHARS = 16384
 
 
 # Checks ----------------------------------------------------------
 
 
-def check_token_ids(ids: Sequence[int], vocab_size: int, param: str) -> None:
-    for t in ids:
-        if not 0 <= t < vocab_size:
-            raise APIError(400, f"{param} contains a token id outside [0, {vocab_size})", param=param)
-
-
 def check_common(body: _Request, st: ServerState) -> None:
-    """Checks that need the model: token ids against the vocab, logit_bias (validated, then refused)."""
+    """Checks that need the model before any prompt is read: the model name, stop token ids,
+    logit_bias (validated, then refused), the max_tokens bound."""
     st.check_model(body.model)
-    vocab = st.llm.vocab_size
+    ip = st.llm.input_processor
     if body.stop_token_ids:
-        check_token_ids(body.stop_token_ids, vocab, "stop_token_ids")
+        ip.check_token_ids(body.stop_token_ids, "stop_token_ids")
     if body.logit_bias:
+        vocab = ip.vocab_size
         for key in body.logit_bias:
             if not (key.isdigit() and len(key) < 20 and int(key) < vocab):
                 raise APIError(
                     400, f"logit_bias contains a token id outside [0, {vocab})", param="logit_bias"
                 )
         raise APIError(400, "logit_bias is not supported", param="logit_bias")
-    if body.max_tokens is not None and body.max_tokens > st.llm.max_model_len:
-        raise APIError(400, f"max_tokens must be at most {st.llm.max_model_len}", param="max_tokens")
-
-
-def resolve_max_tokens(requested: int | None, prompt_len: int, max_model_len: int) -> int:
-    # Absent: whatever room the context leaves (vLLM), at least 1 so an over-long prompt still fails below.
-    max_tokens = requested if requested is not None else max(1, max_model_len - prompt_len)
-    if prompt_len + max_tokens > max_model_len:
-        raise context_length_error(prompt_len, max_tokens, max_model_len)
-    return max_tokens
+    ip.check_max_tokens(body.max_tokens)
 
 
 def sampling_params(
@@ -77,8 +62,6 @@ def sampling_params(
     if seed is not None and sample_index:
         # n samples get seed, seed + 1, ...; wrap inside int64 instead of overflowing the wire format.
         seed = (seed + sample_index - INT64_MIN) % 2**64 + INT64_MIN
-    if body.min_tokens > max_tokens:
-        raise APIError(400, "min_tokens must not exceed max_tokens", param="min_tokens")
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=body.temperature,
@@ -93,33 +76,21 @@ def sampling_params(
     )
 
 
-async def encode(st: ServerState, text: str, add_special_tokens: bool = False) -> list[int]:
-    tok = st.llm.tokenizer
-    if len(text) > _THREAD_TOKENIZE_CHARS:
-        return await asyncio.to_thread(tok.encode, text, add_special_tokens=add_special_tokens)
-    return tok.encode(text, add_special_tokens=add_special_tokens)
-
-
 def submit(
     st: ServerState,
     prompts: Sequence[list[int]],
     params: Sequence[Sequence[SamplingParams]],
-    stop: Sequence[str],
+    body: _Request,
     request_id: str,
-    skip_special_tokens: bool,
 ) -> MergedOutputs:
     """Send every (prompt, sample) of one HTTP request to the engine as one wave; prompt-major order."""
-    items = [
-        (ids, p, f"{request_id}-{i}-{j}", tuple(stop))
+    stop = tuple(body.stop_list())
+    wave = [
+        PromptRequest(f"{request_id}-{i}-{j}", ids, p, stop, body.skip_special_tokens)
         for i, ids in enumerate(prompts)
         for j, p in enumerate(params[i])
     ]
-    if len(items) == 1:
-        ids, p, rid, stops = items[0]
-        iterators = [st.llm.generate(ids, p, rid, stop=stops, skip_special_tokens=skip_special_tokens)]
-    else:
-        iterators = st.llm.generate_wave(items, skip_special_tokens=skip_special_tokens)
-    return MergedOutputs(iterators)
+    return MergedOutputs(st.llm.generate_wave(wave))
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from fastapi import Request
 
 from engine.config import ServerConfig
+from engine.frontend.input_processor import InputProcessor, PromptRequest
 from server.errors import APIError
 from server.metrics import Metrics
 
@@ -25,6 +26,7 @@ class EngineClient(Protocol):
     max_model_len: int
     vocab_size: int
     tokenizer: Any
+    input_processor: InputProcessor
 
     @property
     def is_alive(self) -> bool: ...
@@ -33,15 +35,7 @@ class EngineClient(Protocol):
     @property
     def stats(self) -> Any: ...
     def is_ready(self) -> bool: ...
-    def generate(
-        self,
-        prompt_token_ids: list[int],
-        params: Any,
-        request_id: str,
-        stop: Sequence[str] = (),
-        skip_special_tokens: bool = True,
-    ) -> Any: ...
-    def generate_wave(self, items: Sequence[Any], skip_special_tokens: bool = True) -> list[Any]: ...
+    def generate_wave(self, requests: Sequence[PromptRequest]) -> list[Any]: ...
     async def call_utility(self, method: str, *args: Any, timeout_s: float = 30.0) -> Any: ...
 
 

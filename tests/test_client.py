@@ -9,7 +9,8 @@ import pytest
 import pytest_asyncio
 
 from client import APIError, DeltaClient
-from engine.config import EngineConfig, ModelConfig, ServerConfig, resolve_model
+from engine.config import EngineConfig, ModelConfig, ServerConfig
+from engine.worker.resolve import resolve_model
 from server.app import build_app
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

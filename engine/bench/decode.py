@@ -51,9 +51,7 @@ def four_op(qkv, z, b, a, w, cst, A_log, dt_bias, nw, sst, slots, arms=FOUR_OP_A
     x = conv.causal_conv1d_decode(qkv, w, cst, slots, arms=arms)
     q, k = x[:, : NK * D].view(n, NK, D), x[:, NK * D : 2 * NK * D].view(n, NK, D)
     g, beta = gating.gdn_gating(a, b, A_log, dt_bias)
-    o = delta.recurrent_gated_delta_rule(
-        q, k, x[:, 2 * NK * D :].view(n, NV, D), g, beta, sst, slots, arms=arms
-    )
+    o = delta.recurrent_gated_delta_rule(q, k, x[:, 2 * NK * D :].view(n, NV, D), g, beta, sst, slots)
     return norm.gated_rms_norm(o.view(-1, D), z.reshape(-1, D), nw, EPS).view(n, VD)
 
 

@@ -98,7 +98,8 @@ def model_steps(tmp: Path, reps: int = 5) -> None:
         n: build_model(tmp, make_ops("cuda", a), torch.bfloat16, DEV, "dummy", 0) for n, a in arms.items()
     }
     caches = {
-        n: ModelCache.allocate(m.cfg, nblocks, bs, batch + 1, torch.bfloat16, DEV) for n, m in models.items()
+        n: ModelCache.allocate(m.cache_spec(), nblocks, bs, batch + 1, torch.bfloat16, DEV)
+        for n, m in models.items()
     }
 
     def fwd(name: str, fb: ForwardBatch) -> Callable[[], torch.Tensor]:
@@ -121,7 +122,7 @@ def model_steps(tmp: Path, reps: int = 5) -> None:
     fb_all = ForwardBatch.build(
         [SeqSpec(prompts[i], 0, tables[i], i + 1) for i in range(2)], bs, DEV, all_logits=True
     )
-    tcache = ModelCache.allocate(truth.cfg, nblocks, bs, batch + 1, torch.float32, DEV)
+    tcache = ModelCache.allocate(truth.cache_spec(), nblocks, bs, batch + 1, torch.float32, DEV)
     for wname in ("dummy", "tamed 2^-3"):
         if wname != "dummy":
             for m in (*models.values(), truth):

@@ -7,7 +7,7 @@ W1 shapes: Qwen3.5-4B GDN layer (Nk 16, Nv 32, dk = dv = 128, 8192 conv channels
 32 x 1,024 tokens; decode at batch 1, 8, 32, 64. Timing: each measured region is captured R times
 into one CUDA graph with R different input sets (and state slots), so consecutive calls never find
 their inputs in L2; CUDA events around graph replays, median of the replays, divided by R.
-Ceilings: 4.21 TB/s device copy, 780 TFLOP/s bf16 (measured on the H200, BENCH.md).
+Ceilings: 4.21 TB/s device copy, 780 TFLOP/s bf16 (measured on the H200, docs/BENCHMARKS.md "Floors").
 """
 
 from __future__ import annotations
@@ -260,7 +260,7 @@ def _bench_decode_batch(fla, B: int) -> None:
             qq, kk = y[:, :2048].view(B, NK, D), y[:, 2048:4096].view(B, NK, D)
             vv = y[:, 4096:].view(B, NV, D)
             gg, bb = gating.gdn_gating(ab[i][:, :NV], ab[i][:, NV:], A_log, dt_bias)
-            o = delta.recurrent_gated_delta_rule(qq, kk, vv, gg, bb, st, slots[i], arms=arms)
+            o = delta.recurrent_gated_delta_rule(qq, kk, vv, gg, bb, st, slots[i])
             return norm.gated_rms_norm(o.view(-1, D), z[i], nw, 1e-6)
 
         return call

@@ -110,7 +110,7 @@ def tiny_text_config(vocab_size: int, endoftext_id: int, dtype: str) -> dict[str
 
 
 def qwen35_4b_config() -> dict[str, Any]:
-    """Top-level Qwen3.5-4B config.json (QWEN35.md section 1.1), text part nested as in the release."""
+    """Top-level Qwen3.5-4B config.json (docs/qwen35.md section 1), text part nested as in the release."""
     text = {
         "model_type": "qwen3_5_text",
         "vocab_size": 248320,

@@ -16,7 +16,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
-# QWEN35.md section 6: the Qwen2 split regex plus combining marks (\p{M}) inside letter runs.
+# docs/qwen35.md section 6: the Qwen2 split regex plus combining marks (\p{M}) inside letter runs.
 QWEN35_SPLIT_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
     r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"

@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (the template is data: its long lines are literal prompt text)
 """A Qwen3.5-style chat template (Jinja), written for deltaserve's generated checkpoints.
 
-Behaviour follows QWEN35.md section 6: no default system prompt, a system message only first,
+Behaviour follows docs/qwen35.md section 6: no default system prompt, a system message only first,
 every content trimmed, reasoning shown only for assistant turns after the last real user query,
 XML tool calls, tool results wrapped in ``<tool_response>`` inside a user turn, and the 4B default
 generation prompt ``<think>\\n`` (``enable_thinking=False`` closes an empty think block).

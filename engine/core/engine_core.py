@@ -38,6 +38,7 @@ from engine.messages import (
     decode_input,
     encode,
 )
+from engine.sampling_params import FinishReason
 from engine.worker.step import Runner
 
 logger = logging.getLogger("deltaserve.engine")
@@ -152,7 +153,8 @@ class EngineCore:
     def fail_all(self, error: str) -> EngineOutputs:
         """The engine's last words: an error output for every request it still holds."""
         outs, self._pending = self._pending, []
-        outs += [EngineOutput(rid, finish_reason="error", error=error) for rid in self.scheduler.requests]
+        dead = FinishReason.ERROR
+        outs += [EngineOutput(rid, finish_reason=dead, error=error) for rid in self.scheduler.requests]
         return EngineOutputs(outs, engine_error=error)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import FinishReason, SamplingParams
 
 
 class RequestStatus(enum.Enum):
@@ -42,7 +42,7 @@ class Request:
         self.num_computed = 0
         """Tokens whose KV / GDN state is computed; after a preemption this drops back to 0."""
         self.status = RequestStatus.WAITING
-        self.finish_reason: str | None = None
+        self.finish_reason: FinishReason | None = None
         self.stop_token: int | None = None
         self.num_preemptions = 0
         self.ever_scheduled = False

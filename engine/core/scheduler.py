@@ -17,6 +17,7 @@ from engine.config import SchedulerConfig
 from engine.core.kv_manager import KVManager
 from engine.core.request import Request, RequestStatus
 from engine.messages import EngineOutput
+from engine.sampling_params import FinishReason
 from engine.worker.step import SamplerOutput, ScheduledSeq
 
 
@@ -59,7 +60,7 @@ class Scheduler:
         for req in requests:
             error = self._admission_error(req)
             if error is not None:
-                rejected.append(EngineOutput(req.request_id, finish_reason="error", error=error))
+                rejected.append(EngineOutput(req.request_id, finish_reason=FinishReason.ERROR, error=error))
                 continue
             self.requests[req.request_id] = req
             self.waiting.append(req)
@@ -96,11 +97,11 @@ class Scheduler:
                 self.running.remove(req)
             else:
                 self.waiting.remove(req)
-            self._finish(req, "abort")
+            self._finish(req, FinishReason.ABORT)
             aborted.append(rid)
         return aborted
 
-    def _finish(self, req: Request, reason: str) -> None:
+    def _finish(self, req: Request, reason: FinishReason) -> None:
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason
         self.kv.free(req.request_id)
@@ -198,7 +199,7 @@ class Scheduler:
             req.token_ids.append(token)
             reason = self._stop_reason(req, token)
             if reason is not None:
-                if reason == "stop":
+                if reason is FinishReason.STOP:
                     req.stop_token = token
                 self.running.remove(req)
                 self._finish(req, reason)
@@ -215,15 +216,15 @@ class Scheduler:
             raise RuntimeError(f"runner returned {len(sampled.token_ids)} tokens for {k} sampled sequences")
         return results
 
-    def _stop_reason(self, req: Request, token: int) -> str | None:
+    def _stop_reason(self, req: Request, token: int) -> FinishReason | None:
         p = req.params
         # min_tokens counts tokens generated before this one: the first min_tokens never stop.
         if req.num_output - 1 >= p.min_tokens and (
             token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids)
         ):
-            return "stop"
+            return FinishReason.STOP
         if req.num_output >= p.max_tokens or req.num_tokens >= self.max_model_len:
-            return "length"
+            return FinishReason.LENGTH
         return None
 
     def check_invariants(self) -> None:

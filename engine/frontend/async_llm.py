@@ -19,19 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from engine.config import EngineConfig, ServerConfig
-from engine.frontend.core_client import EngineCoreClient, EngineDeadError, InprocClient, MPClient
-from engine.frontend.output_processor import (
+from engine.frontend.core_client import EngineCoreClient, InprocClient, MPClient
+from engine.frontend.errors import (
     ContextLengthError,
-    Detokenizer,
+    EngineDeadError,
     InvalidRequestError,
     QueueFullError,
-    RequestOutput,
     RequestRejectedError,
-    RequestState,
 )
+from engine.frontend.input_processor import InputProcessor, PromptRequest
+from engine.frontend.output_processor import Detokenizer, RequestOutput, RequestState
 from engine.frontend.tokenizer import IncrementalDetokenizer, Tokenizer
 from engine.messages import AddRequests, EngineOutputs, EngineRequest, StepStats, UtilityRequest
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import FinishReason, SamplingParams
 from engine.worker.step import Runner
 
 __all__ = [
@@ -40,14 +40,13 @@ __all__ = [
     "EngineDeadError",
     "EngineStats",
     "InvalidRequestError",
+    "PromptRequest",
     "QueueFullError",
     "RequestOutput",
     "RequestRejectedError",
 ]
 
 logger = logging.getLogger("deltaserve.async_llm")
-
-WaveItem = tuple[list[int], SamplingParams, str, Sequence[str]]
 
 
 @dataclass
@@ -79,6 +78,7 @@ class AsyncLLM:
         self.max_model_len = info.max_model_len
         self.vocab_size = info.vocab_size or int(getattr(tokenizer, "vocab_size", 0))
         self.eos_token_ids = list(info.eos_token_ids)
+        self.input_processor = InputProcessor(tokenizer, self.vocab_size, self.max_model_len)
         self._limit = config.scheduler.max_waiting_requests + config.scheduler.max_num_seqs
         self._requests: dict[str, RequestState] = {}
         self._wave: list[EngineRequest] = []
@@ -122,30 +122,32 @@ class AsyncLLM:
         stop: Sequence[str] = (),
         skip_special_tokens: bool = True,
     ) -> RequestStream:
-        return self.generate_wave([(prompt_token_ids, params, request_id, stop)], skip_special_tokens)[0]
+        req = PromptRequest(request_id, list(prompt_token_ids), params, tuple(stop), skip_special_tokens)
+        return self.generate_wave([req])[0]
 
-    def generate_wave(
-        self, items: Sequence[WaveItem], skip_special_tokens: bool = True
-    ) -> list[RequestStream]:
-        """Admit all items together (one wave) or none: every check runs before anything is queued."""
+    def generate_wave(self, requests: Sequence[PromptRequest]) -> list[RequestStream]:
+        """Admit all requests together (one wave) or none: every check runs before anything is queued."""
         if self._dead is not None or self._closing:
             raise EngineDeadError(self._dead or "engine is shutting down")
         seen: set[str] = set()
-        for ids, params, rid, _ in items:
-            self._validate(ids, params)
+        for req in requests:
+            self.input_processor.validate(req)
+            rid = req.request_id
             if rid in self._requests or rid in seen:
                 raise InvalidRequestError("request_id", f"request id {rid!r} is already in use")
             seen.add(rid)
-        if len(self._requests) + len(items) > self._limit:
+        if len(self._requests) + len(requests) > self._limit:
             raise QueueFullError(
                 f"server busy: {len(self._requests)} requests in flight, limit {self._limit}; retry later"
             )
         now = time.monotonic()
         states = []
-        for ids, params, rid, stop in items:
-            st = RequestState(rid, len(ids), params, stop, self._detokenizer(skip_special_tokens), now)
+        for req in requests:
+            ids, rid = req.prompt_token_ids, req.request_id
+            detok = self._detokenizer(req.skip_special_tokens)
+            st = RequestState(rid, len(ids), req.params, req.stop, detok, now)
             self._requests[rid] = st
-            self._wave.append(EngineRequest(rid, list(ids), params, now))
+            self._wave.append(EngineRequest(rid, list(ids), req.params, now))
             states.append(st)
         self._last_submit = now
         if self._flush_handle is None:
@@ -155,19 +157,6 @@ class AsyncLLM:
             else:
                 self._flush_handle = self._loop.call_soon(self._flush_wave)
         return [RequestStream(self, st) for st in states]
-
-    def _validate(self, ids: Sequence[int], params: SamplingParams) -> None:
-        if len(ids) == 0:
-            raise InvalidRequestError("prompt", "the prompt is empty")
-        vocab = self.vocab_size
-        for name, toks in (("prompt", ids), ("stop_token_ids", params.stop_token_ids)):
-            for t in toks:
-                if type(t) is not int or not 0 <= t < vocab:
-                    raise InvalidRequestError(name, f"token id {t!r} is outside [0, {vocab})")
-        if params.max_tokens < 1:
-            raise InvalidRequestError("max_tokens", "max_tokens must be at least 1")
-        if len(ids) + params.max_tokens > self.max_model_len:
-            raise ContextLengthError(len(ids), params.max_tokens, self.max_model_len)
 
     def _detokenizer(self, skip_special_tokens: bool) -> Detokenizer:
         return IncrementalDetokenizer(self.tokenizer, skip_special_tokens=skip_special_tokens)
@@ -199,9 +188,9 @@ class AsyncLLM:
         """Stop a request from the API side (e.g. timeout); its stream ends with finish_reason "abort"."""
         st = self._requests.get(request_id)
         if st is not None:
-            self._abort(st, "abort")
+            self._abort(st, FinishReason.ABORT)
 
-    def _abort(self, st: RequestState, reason: str | None) -> None:
+    def _abort(self, st: RequestState, reason: FinishReason | None) -> None:
         st.finished = True
         self._requests.pop(st.request_id, None)
         if reason is not None:

@@ -21,6 +21,7 @@ import zmq
 
 from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore, run_busy_loop, run_engine_core
+from engine.frontend.errors import EngineDeadError
 from engine.messages import (
     AbortRequests,
     AddRequests,
@@ -36,10 +37,6 @@ from engine.messages import (
 from engine.worker.step import Runner
 
 logger = logging.getLogger("deltaserve.client")
-
-
-class EngineDeadError(RuntimeError):
-    """The engine process died or its loop stopped; in-flight and new requests cannot complete."""
 
 
 class EngineCoreClient(Protocol):

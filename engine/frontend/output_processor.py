@@ -1,4 +1,4 @@
-"""What AsyncLLM hands the server per request: RequestOutput deltas (built from EngineOutputs) and errors.
+"""What AsyncLLM hands the server per request: RequestOutput deltas, built from EngineOutputs.
 
 Per-request state lives in :class:`RequestState`: the incremental detokenizer and the stop-string
 matcher, which holds back text that could still be the start of a stop string and cuts the output
@@ -13,46 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from engine.messages import EngineOutput
-from engine.sampling_params import SamplingParams, TokenLogprobs
-
-
-class InvalidRequestError(ValueError):
-    """A request the engine must not run (HTTP 400); ``param`` names the offending field."""
-
-    code: str | None = None
-
-    def __init__(self, param: str | None, message: str) -> None:
-        super().__init__(message)
-        self.param = param
-        self.message = message
-
-
-class ContextLengthError(InvalidRequestError):
-    code = "context_length_exceeded"
-
-    def __init__(self, prompt_len: int, max_tokens: int, max_model_len: int) -> None:
-        super().__init__(
-            "prompt",
-            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{prompt_len + max_tokens} tokens ({prompt_len} in the prompt, {max_tokens} for the "
-            "completion). Please reduce the prompt or max_tokens.",
-        )
-        self.prompt_len = prompt_len
-        self.max_tokens = max_tokens
-        self.max_model_len = max_model_len
-
-
-class RequestRejectedError(InvalidRequestError):
-    """The engine refused the request at admission (e.g. it can never fit in the KV cache)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("max_tokens", message)
-
-
-class QueueFullError(RuntimeError):
-    """Too many unfinished requests (HTTP 503 with Retry-After); nothing of the wave was admitted."""
-
-    retry_after_s = 1
+from engine.sampling_params import FinishReason, SamplingParams, TokenLogprobs
 
 
 @dataclass
@@ -64,8 +25,8 @@ class RequestOutput:
     new_text: str
     logprobs: list[TokenLogprobs] | None
     finished: bool
-    finish_reason: str | None
-    """"stop" | "length" | "abort" | None (not finished)."""
+    finish_reason: FinishReason | None
+    """None while not finished."""
     stop_reason: str | int | None
     """The matched stop string, or the stop token id, or None."""
     num_prompt_tokens: int
@@ -115,15 +76,16 @@ class RequestState:
             self.first_token_time = now
         engine_done = out.finish_reason is not None
         # A stop token is reported (token id, stop_reason) but, like a stop string, not rendered.
-        text_ids = ids[:-1] if out.finish_reason == "stop" and out.stop_token is not None else ids
+        stopped = out.finish_reason is FinishReason.STOP
+        text_ids = ids[:-1] if stopped and out.stop_token is not None else ids
         new = self.detok.add(text_ids) if text_ids else ""
         if engine_done:
             new += self.detok.flush()
         text, matched = self._apply_stop(new, final=engine_done)
-        reason: str | None = out.finish_reason
-        stop_reason: str | int | None = out.stop_token if reason == "stop" else None
+        reason = out.finish_reason
+        stop_reason: str | int | None = out.stop_token if stopped else None
         if matched is not None:
-            reason, stop_reason = "stop", matched
+            reason, stop_reason = FinishReason.STOP, matched
         self.finished = reason is not None
         ro = RequestOutput(
             request_id=self.request_id,
@@ -140,7 +102,7 @@ class RequestState:
         )
         return ro, matched is not None and not engine_done
 
-    def final(self, reason: str) -> RequestOutput:
+    def final(self, reason: FinishReason) -> RequestOutput:
         """A closing delta with no tokens (used for aborts initiated in the API process)."""
         self.finished = True
         return RequestOutput(

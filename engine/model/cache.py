@@ -1,7 +1,8 @@
 """Device memory pools, allocated once: paged KV for full-attention layers, GDN state slots.
 
-Block 0 of the KV pool and slot 0 of the state pool are reserved as padding targets; the
-allocators in ``engine.core.kv_manager`` never hand them out.
+The model declares what its layers keep (:class:`CacheSpec`, from ``model.cache_spec()``); the pools
+only allocate it. Block 0 of the KV pool and slot 0 of the state pool are reserved as padding targets;
+the allocators in ``engine.core.kv_manager`` never hand them out.
 """
 
 from __future__ import annotations
@@ -10,19 +11,37 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.model.qwen3_5.config import Qwen35Config
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """Per-layer cache shapes a model declares (one entry per layer kind, excluding the pool axis)."""
+
+    num_kv_layers: int
+    kv_token_shape: tuple[int, ...]
+    """One token's K (and V) in a full-attention layer: [Hkv, D], model dtype."""
+    num_state_layers: int
+    conv_state_shape: tuple[int, ...]
+    """One slot's conv state in a GDN layer: [C, K-1], model dtype (as HF keeps it)."""
+    ssm_state_shape: tuple[int, ...]
+    """One slot's recurrent state in a GDN layer: [Nv, dk, dv], always fp32."""
 
 
-def kv_bytes_per_block(cfg: Qwen35Config, block_size: int, dtype: torch.dtype) -> int:
-    per_token = 2 * cfg.num_key_value_heads * cfg.head_dim * torch.tensor([], dtype=dtype).element_size()
-    return per_token * block_size * len(cfg.full_layers)
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
-def state_bytes_per_slot(cfg: Qwen35Config, dtype: torch.dtype) -> int:
-    n = len(cfg.linear_layers)
-    conv = cfg.conv_dim * (cfg.linear_conv_kernel_dim - 1) * torch.tensor([], dtype=dtype).element_size()
-    ssm = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
-    return n * (conv + ssm)
+def kv_bytes_per_block(spec: CacheSpec, block_size: int, dtype: torch.dtype) -> int:
+    per_token = 2 * _numel(spec.kv_token_shape) * torch.tensor([], dtype=dtype).element_size()
+    return per_token * block_size * spec.num_kv_layers
+
+
+def state_bytes_per_slot(spec: CacheSpec, dtype: torch.dtype) -> int:
+    conv = _numel(spec.conv_state_shape) * torch.tensor([], dtype=dtype).element_size()
+    ssm = _numel(spec.ssm_state_shape) * 4
+    return spec.num_state_layers * (conv + ssm)
 
 
 @dataclass
@@ -37,7 +56,7 @@ class ModelCache:
 
     @staticmethod
     def allocate(
-        cfg: Qwen35Config,
+        spec: CacheSpec,
         num_blocks: int,
         block_size: int,
         num_slots: int,
@@ -46,19 +65,13 @@ class ModelCache:
     ) -> ModelCache:
         if num_blocks < 2 or num_slots < 2:
             raise ValueError("need at least 2 KV blocks and 2 state slots (index 0 is reserved)")
-        kv_shape = (num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
-        nf, nl = len(cfg.full_layers), len(cfg.linear_layers)
+        nf, nl = spec.num_kv_layers, spec.num_state_layers
+        kv_shape = (nf, num_blocks, block_size, *spec.kv_token_shape)
         # One allocation per pool kind; layers are views, so the pool is one contiguous block.
-        k = torch.zeros((nf, *kv_shape), dtype=dtype, device=device)
-        v = torch.zeros((nf, *kv_shape), dtype=dtype, device=device)
-        conv = torch.zeros(
-            (nl, num_slots, cfg.conv_dim, cfg.linear_conv_kernel_dim - 1), dtype=dtype, device=device
-        )
-        ssm = torch.zeros(
-            (nl, num_slots, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim),
-            dtype=torch.float32,
-            device=device,
-        )
+        k = torch.zeros(kv_shape, dtype=dtype, device=device)
+        v = torch.zeros(kv_shape, dtype=dtype, device=device)
+        conv = torch.zeros((nl, num_slots, *spec.conv_state_shape), dtype=dtype, device=device)
+        ssm = torch.zeros((nl, num_slots, *spec.ssm_state_shape), dtype=torch.float32, device=device)
         return ModelCache(
             k_cache=list(k.unbind(0)),
             v_cache=list(v.unbind(0)),

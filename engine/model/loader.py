@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from engine.model.qwen3_5.config import LINEAR, Qwen35Config
 from engine.model.qwen3_5.model import Qwen35Model
+from engine.model.qwen3_5.weights import TensorSpec
+from engine.model.registry import FAMILIES, read_config
 from engine.ops import Ops
 
 log = logging.getLogger(__name__)
@@ -28,52 +28,6 @@ SKIP_PREFIXES = ("model.visual.", "mtp.", "model.mtp.")
 
 class CheckpointError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class Target:
-    param: str  # our parameter name
-    row_offset: int  # first row of the fused parameter this tensor fills
-    shape: tuple[int, ...]  # the HF tensor's shape
-
-
-def expected_tensors(cfg: Qwen35Config) -> dict[str, Target]:
-    """HF tensor name (prefix stripped) -> where it goes in our model."""
-    h, inter = cfg.hidden_size, cfg.intermediate_size
-    out: dict[str, Target] = {
-        "embed_tokens.weight": Target("embed_tokens", 0, (cfg.vocab_size, h)),
-        "norm.weight": Target("norm", 0, (h,)),
-    }
-    if not cfg.tie_word_embeddings:
-        out["lm_head.weight"] = Target("lm_head", 0, (cfg.vocab_size, h))
-    for i, kind in enumerate(cfg.layer_types):
-        p, m = f"layers.{i}.", f"layers.{i}.mixer."
-        out[p + "input_layernorm.weight"] = Target(p + "input_norm", 0, (h,))
-        out[p + "post_attention_layernorm.weight"] = Target(p + "post_norm", 0, (h,))
-        out[p + "mlp.gate_proj.weight"] = Target(p + "mlp.gate_up", 0, (inter, h))
-        out[p + "mlp.up_proj.weight"] = Target(p + "mlp.gate_up", inter, (inter, h))
-        out[p + "mlp.down_proj.weight"] = Target(p + "mlp.down", 0, (h, inter))
-        if kind == LINEAR:
-            a, nv = p + "linear_attn.", cfg.linear_num_value_heads
-            c, vd = cfg.conv_dim, cfg.value_dim
-            out[a + "in_proj_qkv.weight"] = Target(m + "in_proj", 0, (c, h))
-            out[a + "in_proj_z.weight"] = Target(m + "in_proj", c, (vd, h))
-            out[a + "in_proj_b.weight"] = Target(m + "in_proj", c + vd, (nv, h))
-            out[a + "in_proj_a.weight"] = Target(m + "in_proj", c + vd + nv, (nv, h))
-            out[a + "conv1d.weight"] = Target(m + "conv_weight", 0, (c, 1, cfg.linear_conv_kernel_dim))
-            out[a + "A_log"] = Target(m + "A_log", 0, (nv,))
-            out[a + "dt_bias"] = Target(m + "dt_bias", 0, (nv,))
-            out[a + "norm.weight"] = Target(m + "norm_weight", 0, (cfg.linear_value_head_dim,))
-            out[a + "out_proj.weight"] = Target(m + "out_proj", 0, (h, vd))
-        else:
-            a, nh, nkv, d = p + "self_attn.", cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-            out[a + "q_proj.weight"] = Target(m + "qkv_proj", 0, (2 * nh * d, h))
-            out[a + "k_proj.weight"] = Target(m + "qkv_proj", 2 * nh * d, (nkv * d, h))
-            out[a + "v_proj.weight"] = Target(m + "qkv_proj", 2 * nh * d + nkv * d, (nkv * d, h))
-            out[a + "q_norm.weight"] = Target(m + "q_norm", 0, (d,))
-            out[a + "k_norm.weight"] = Target(m + "k_norm", 0, (d,))
-            out[a + "o_proj.weight"] = Target(m + "o_proj", 0, (h, nh * d))
-    return out
 
 
 def strip_prefix(name: str) -> str | None:
@@ -102,7 +56,7 @@ def checkpoint_files(path: Path) -> list[Path]:
     raise CheckpointError(f"no model.safetensors or model.safetensors.index.json in {path}")
 
 
-def _copy_into(params: dict[str, torch.nn.Parameter], tgt: Target, name: str, t: torch.Tensor) -> None:
+def _copy_into(params: dict[str, torch.nn.Parameter], tgt: TensorSpec, name: str, t: torch.Tensor) -> None:
     if tuple(t.shape) != tgt.shape:
         raise CheckpointError(f"tensor {name!r} has shape {tuple(t.shape)}, expected {tgt.shape}")
     dst = params[tgt.param].data
@@ -119,7 +73,7 @@ def load_weights(
     Returns the number of tensors loaded."""
     from safetensors import safe_open
 
-    expected = expected_tensors(model.cfg)
+    expected = FAMILIES[model.cfg.model_type].weights(model.cfg)
     params = dict(model.named_parameters(remove_duplicate=False))
     seen: set[str] = set()
 
@@ -165,9 +119,9 @@ def build_model(
 ) -> Qwen35Model:
     """Allocate the model on ``device`` and fill it from the checkpoint (or seeded random weights)."""
     path = Path(path)
-    cfg = Qwen35Config.from_dir(path)
+    family, cfg = read_config(path)
     with torch.device(device):
-        model = Qwen35Model(cfg, ops, dtype)
+        model = family.model(cfg, ops, dtype)
     if load_format == "dummy":
         from engine.model.random_init import iter_random_tensors
 

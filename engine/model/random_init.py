@@ -1,4 +1,5 @@
-"""Seeded random weights with the exact names, shapes and dtypes of a Qwen3.5 text checkpoint.
+"""Seeded random weights with the exact names, shapes and dtypes of a Qwen3.5 text checkpoint (read
+from the model's tensor schema, ``engine.model.qwen3_5.weights``).
 
 Used for the embedded tiny model and for ``--load-format dummy`` runs of full-size shapes. Scales
 are chosen so activations stay finite through 32 layers and a tiny model's greedy output is not
@@ -15,6 +16,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
+
+from engine.model.qwen3_5.config import Qwen35Config
+from engine.model.qwen3_5.weights import FP32_INITS, tensor_schema
 
 # Multipliers on 1/sqrt(fan_in) for projections. Output projections (o_proj, out_proj, down_proj)
 # are much larger than a variance-preserving init: with tied embeddings the residual stream must
@@ -35,61 +39,10 @@ def _seed_for(seed: int, name: str) -> int:
 
 
 def text_shapes(cfg: Mapping[str, Any]) -> dict[str, tuple[tuple[int, ...], str]]:
-    """name -> (shape, kind) for every tensor of the text model (``model.`` prefix, HF names)."""
-    h = int(cfg["hidden_size"])
-    vocab = int(cfg["vocab_size"])
-    inter = int(cfg["intermediate_size"])
-    nh, nkv = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
-    hd = int(cfg.get("head_dim") or h // nh)
-    nk, nv = int(cfg["linear_num_key_heads"]), int(cfg["linear_num_value_heads"])
-    dk, dv = int(cfg["linear_key_head_dim"]), int(cfg["linear_value_head_dim"])
-    kconv = int(cfg["linear_conv_kernel_dim"])
-    n_layers = int(cfg["num_hidden_layers"])
-    layer_types = cfg.get("layer_types") or [
-        "linear_attention" if (i + 1) % int(cfg.get("full_attention_interval", 4)) else "full_attention"
-        for i in range(n_layers)
-    ]
-    key_dim, value_dim = nk * dk, nv * dv
-    conv_dim = 2 * key_dim + value_dim
-    out: dict[str, tuple[tuple[int, ...], str]] = {
-        "model.embed_tokens.weight": ((vocab, h), "embed"),
-        "model.norm.weight": ((h,), "norm"),
-    }
-    for i in range(n_layers):
-        p = f"model.layers.{i}."
-        out[p + "input_layernorm.weight"] = ((h,), "norm")
-        out[p + "post_attention_layernorm.weight"] = ((h,), "norm")
-        out[p + "mlp.gate_proj.weight"] = ((inter, h), "in")
-        out[p + "mlp.up_proj.weight"] = ((inter, h), "in")
-        out[p + "mlp.down_proj.weight"] = ((h, inter), "out")
-        if layer_types[i] == "linear_attention":
-            a = p + "linear_attn."
-            out[a + "in_proj_qkv.weight"] = ((conv_dim, h), "in")
-            out[a + "in_proj_z.weight"] = ((value_dim, h), "in")
-            out[a + "in_proj_b.weight"] = ((nv, h), "in")
-            out[a + "in_proj_a.weight"] = ((nv, h), "in")
-            out[a + "conv1d.weight"] = ((conv_dim, 1, kconv), "conv")
-            out[a + "A_log"] = ((nv,), "a_log")
-            out[a + "dt_bias"] = ((nv,), "dt_bias")
-            out[a + "norm.weight"] = ((dv,), "gated_norm")
-            out[a + "out_proj.weight"] = ((h, value_dim), "out")
-        elif layer_types[i] == "full_attention":
-            a = p + "self_attn."
-            out[a + "q_proj.weight"] = ((nh * hd * 2, h), "in")  # query and output gate per head
-            out[a + "k_proj.weight"] = ((nkv * hd, h), "in")
-            out[a + "v_proj.weight"] = ((nkv * hd, h), "in")
-            out[a + "q_norm.weight"] = ((hd,), "norm")
-            out[a + "k_norm.weight"] = ((hd,), "norm")
-            out[a + "o_proj.weight"] = ((h, nh * hd), "out")
-        else:
-            raise ValueError(f"unknown layer type {layer_types[i]!r} at layer {i}")
-    if not cfg.get("tie_word_embeddings", False):
-        out["lm_head.weight"] = ((vocab, h), "in")
-    return out
-
-
-# The official files keep these two in float32 (QWEN35.md section 2.1).
-FP32_KINDS = frozenset({"a_log", "gated_norm"})
+    """name -> (shape, init family) for every tensor of the text model (``model.`` prefix, HF names),
+    read from the model's tensor schema."""
+    schema = tensor_schema(Qwen35Config.from_dict({"model_type": "qwen3_5_text", **cfg}))
+    return {("" if n == "lm_head.weight" else "model.") + n: (s.shape, s.init) for n, s in schema.items()}
 
 
 def random_state_dict(
@@ -115,7 +68,7 @@ def iter_random_tensors(
     gain = _out_gain(int(text_config["num_hidden_layers"]))
     for name, (shape, kind) in text_shapes(text_config).items():
         gen.manual_seed(_seed_for(seed, name))
-        tdtype = torch.float32 if kind in FP32_KINDS else dtype
+        tdtype = torch.float32 if kind in FP32_INITS else dtype
         yield name, _sample(shape, kind, gen, tdtype, dev, gain)
 
 

@@ -59,7 +59,7 @@ Optional fused op (``None`` in a table: the model composes the ops above instead
 gdn_decode(qkv [B, C], z [B, Nv*dv], b [B, Nv], a [B, Nv], conv_weight, conv_state, A_log, dt_bias,
            norm_weight, eps, ssm_state, state_slot [B], num_k_heads) -> y [B, Nv*dv]
     A GDN layer's decode step from its projection outputs to out_proj's input, in one kernel
-    (KERNELS.md K4): exactly causal_conv1d_decode, gdn_gating, recurrent_gated_delta_rule and
+    (K4 in docs/kernels.md): exactly causal_conv1d_decode, gdn_gating, recurrent_gated_delta_rule and
     gated_rms_norm in that order (``engine.ops.reference.gdn_decode`` composes them).
 """
 

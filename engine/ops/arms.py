@@ -1,47 +1,113 @@
-"""CuPy/NVRTC implementations of the GDN ops (sources in the repo's top-level ``cuda/`` folder).
+"""Kernel arms: compile-time variants of the CUDA ops, each registered with its op, its default, the
+model shapes it can run and the evidence that set the default (docs/kernels.md lists them in prose).
 
 ``cuda_overrides(arms)`` maps op names to callables with the exact reference signatures of
-:mod:`engine.ops`; arms (KERNELS.md) are compile-time template choices bound here.
+:mod:`engine.ops`; the arm set is bound only into the wrappers that read it. Which arms a model gets is
+settled once, when its config is resolved (``engine.worker.resolve``), so the logged config is the truth.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
-ARMS = frozenset(
-    {
-        "conv.chunk8",
-        "conv.k4",
-        "conv.vec4",
+EVIDENCE = "docs/bench-evidence/2026-11-29-s2-gdn-kernels.md"
+FUSED_EVIDENCE = "docs/bench-evidence/2026-12-01-fused-elementwise.md"
+
+
+@dataclass(frozen=True)
+class KernelShapes:
+    """What an arm's feasibility depends on, read from the model's config (the ops know no model)."""
+
+    conv_width: int
+    key_head_dim: int
+    value_head_dim: int
+    dtype: str
+
+
+def _any_shape(s: KernelShapes) -> str | None:
+    return None
+
+
+def _conv_width_4(s: KernelShapes) -> str | None:
+    # K4 unrolls a width-4 conv; the unfused kernels take any width up to 8
+    return None if s.conv_width == 4 else f"needs conv width 4, not {s.conv_width}"
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    op: str
+    """The Ops entry whose CUDA implementation the arm changes."""
+    summary: str
+    default: bool
+    evidence: str
+    """Where the measurement that set ``default`` is recorded."""
+    unsupported: Callable[[KernelShapes], str | None] = _any_shape
+    """Why the arm cannot run a model of these shapes (None when it can)."""
+
+
+ARM_LIST = (
+    Arm("conv.chunk8", "causal_conv1d_prefill", "8 tokens per thread in the conv prefill", True, EVIDENCE),
+    Arm("conv.k4", "causal_conv1d_prefill", "width-4 conv with every tap unrolled", True, EVIDENCE),
+    # The next two with conv.k4 won the end-to-end A/B (run 2): W1 5% faster, TTFT -7%, TPOT -4.5%.
+    Arm(
         "decode.fused",
+        "gdn_decode",
+        "K4: a GDN layer's decode step in one launch (Ops.gdn_decode)",
+        True,
+        EVIDENCE,
+        _conv_width_4,
+    ),
+    Arm(
         "prefill.tensorcore",
+        "chunk_gated_delta_rule",
+        "K2+K3: the chunked delta rule on tensor cores (off: the fp32 token-recurrent kernel)",
+        True,
+        EVIDENCE,
+    ),
+    # 26% faster conv prefill at kernel level, within the A/A noise end to end (run 3): off.
+    Arm("conv.vec4", "causal_conv1d_prefill", "4 channels per thread in the conv prefill", False, EVIDENCE),
+    # bf16 kernels of cuda/norm/fused.cu: off until an end-to-end A/B (kernel and model-forward numbers
+    # only so far); without them the reference compositions run.
+    Arm(
         "norm.fused",
+        "add_rms_norm",
+        "bf16 residual add + RMSNorm and SiLU-mul kernels (add_rms_norm, silu_mul)",
+        False,
+        FUSED_EVIDENCE,
+    ),
+    Arm(
         "attention.qk_fused",
-    }
+        "qk_norm_rope_kv",
+        "q/k RMSNorm, partial RoPE and the paged KV write in one bf16 kernel",
+        False,
+        FUSED_EVIDENCE,
+    ),
 )
-# Kept by the end-to-end A/B of docs/bench-evidence/2026-11-29-s2-gdn-kernels.md (run 2): W1 5% faster,
-# TTFT -7%, TPOT -4.5%, every metric outside the A/A band. conv.vec4 (26% faster conv prefill at
-# kernel level) was within the A/A noise end to end (run 3), so it stays off.
-DEFAULT_ARMS = frozenset({"conv.chunk8", "conv.k4", "decode.fused", "prefill.tensorcore"})
-# norm.fused (add_rms_norm, silu_mul) and attention.qk_fused (qk_norm_rope_kv): bf16 kernels of
-# cuda/norm/fused.cu, off until an end-to-end A/B; without them the reference compositions run.
+ARMS: dict[str, Arm] = {a.name: a for a in ARM_LIST}
+DEFAULT_ARMS = frozenset(a.name for a in ARM_LIST if a.default)
+
+
+def check_known(arms: frozenset[str]) -> None:
+    unknown = set(arms) - set(ARMS)
+    if unknown:
+        raise ValueError(f"unknown kernel arms {sorted(unknown)}; known: {sorted(ARMS)}")
 
 
 def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
     """Op name -> CUDA implementation. Unknown arm names are an error, not silently ignored."""
-    unknown = set(arms) - ARMS
-    if unknown:
-        raise ValueError(f"unknown kernel arms {sorted(unknown)}; known: {sorted(ARMS)}")
+    arms = frozenset(arms)
+    check_known(arms)
     from engine.ops.conv import cuda as conv
     from engine.ops.gdn import chunk, decode, gating
     from engine.ops.gdn import recurrent as delta
     from engine.ops.norm import cuda as norm
 
-    arms = frozenset(arms)
     fused: dict[str, Callable] = {}
-    if "decode.fused" in arms:  # K4: a GDN layer's decode step in one launch (``Ops.gdn_decode``)
-        fused["gdn_decode"] = functools.partial(decode.gdn_decode, arms=arms)
+    if "decode.fused" in arms:
+        fused["gdn_decode"] = decode.gdn_decode
     if arms & {"norm.fused", "attention.qk_fused"}:
         from engine.ops.norm import fused_cuda
 
@@ -49,30 +115,37 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
             fused |= {"add_rms_norm": fused_cuda.add_rms_norm, "silu_mul": fused_cuda.silu_mul}
         if "attention.qk_fused" in arms:
             fused["qk_norm_rope_kv"] = fused_cuda.qk_norm_rope_kv
-    # K2+K3 on tensor cores (mma.sync); without the arm the fp32 token-recurrent kernel runs
-    prefill = chunk.chunk_gated_delta_rule if "prefill.tensorcore" in arms else delta.chunk_gated_delta_rule
+    if "prefill.tensorcore" in arms:
+        prefill: Callable = functools.partial(chunk.chunk_gated_delta_rule, arms=arms)
+    else:
+        prefill = delta.chunk_gated_delta_rule
     return fused | {
         "causal_conv1d_prefill": functools.partial(conv.causal_conv1d_prefill, arms=arms),
         "causal_conv1d_decode": functools.partial(conv.causal_conv1d_decode, arms=arms),
         "gdn_gating": gating.gdn_gating,
-        "chunk_gated_delta_rule": functools.partial(prefill, arms=arms),
-        "recurrent_gated_delta_rule": functools.partial(delta.recurrent_gated_delta_rule, arms=arms),
+        "chunk_gated_delta_rule": prefill,
+        "recurrent_gated_delta_rule": delta.recurrent_gated_delta_rule,
         "gated_rms_norm": norm.gated_rms_norm,
     }
 
 
-def usable_arms(arms: frozenset[str], conv_width: int) -> tuple[frozenset[str], str | None]:
-    """``arms`` minus those this model's shapes rule out, and why (None when nothing was dropped).
-    K4 (decode.fused) unrolls a width-4 conv; the unfused kernels take any width up to 8."""
-    if "decode.fused" in arms and conv_width != 4:
-        return arms - {"decode.fused"}, f"decode.fused needs conv width 4, not {conv_width}: decoding unfused"
-    return arms, None
+def usable_arms(arms: frozenset[str], shapes: KernelShapes) -> tuple[frozenset[str], list[str]]:
+    """``arms`` minus those this model's shapes rule out, and one note per dropped arm."""
+    check_known(arms)
+    notes, keep = [], set()
+    for name in sorted(arms):
+        why = ARMS[name].unsupported(shapes)
+        if why is None:
+            keep.add(name)
+        else:
+            notes.append(f"kernel arm {name} {why}: running without it")
+    return frozenset(keep), notes
 
 
-def unsupported_reason(key_head_dim: int, value_head_dim: int, dtype_name: str) -> str | None:
-    """Why the CUDA kernels cannot run a model of these shapes (None when they can)."""
-    if key_head_dim != 128 or value_head_dim != 128:
-        return f"GDN head dims {key_head_dim}/{value_head_dim} (kernels are built for 128/128)"
-    if dtype_name != "bfloat16":
-        return f"dtype {dtype_name} (kernels take bfloat16 activations)"
+def unsupported_reason(shapes: KernelShapes) -> str | None:
+    """Why the CUDA kernels cannot run a model of these shapes at all (None when they can)."""
+    if shapes.key_head_dim != 128 or shapes.value_head_dim != 128:
+        return f"GDN head dims {shapes.key_head_dim}/{shapes.value_head_dim} (kernels are built for 128/128)"
+    if shapes.dtype != "bfloat16":
+        return f"dtype {shapes.dtype} (kernels take bfloat16 activations)"
     return None

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import torch
 
-from engine.config import EngineConfig, resolve_model
+from engine.config import EngineConfig
 from engine.model.cache import ModelCache, kv_bytes_per_block, state_bytes_per_slot
 from engine.model.forward_batch import ForwardBatch, SeqSpec
 from engine.model.loader import build_model
-from engine.model.qwen3_5.config import Qwen35Config
 from engine.ops import make_ops
 from engine.worker.cuda_graphs import MAX_GRAPH_KV_TOKENS, DecodeGraphs
+from engine.worker.resolve import resolve_model
 from engine.worker.sampler import Sampler
 from engine.worker.step import SamplerOutput, ScheduledSeq
 
@@ -50,21 +50,9 @@ class ModelRunner:
         if mc.dtype not in DTYPES:
             raise ValueError(f"unsupported dtype {mc.dtype!r} (bfloat16, float16 or float32)")
         self.dtype = DTYPES[mc.dtype]
-        backend, arms = mc.gdn_backend, frozenset(mc.kernel_arms)
-        if backend == "cuda":
-            from engine.ops.arms import DEFAULT_ARMS, unsupported_reason, usable_arms
-
-            c = Qwen35Config.from_dir(mc.model)
-            why = unsupported_reason(c.linear_key_head_dim, c.linear_value_head_dim, mc.dtype)
-            if why is not None:
-                log.warning("gdn backend cuda cannot run this model (%s): using the torch reference ops", why)
-                backend = "torch"
-            else:
-                arms, note = usable_arms(arms or DEFAULT_ARMS, c.linear_conv_kernel_dim)
-                if note:
-                    log.warning("%s", note)
-        self.gdn_backend = backend
-        self.ops = make_ops(backend, arms)
+        # Backend and arms were settled by resolve_model: build exactly what the config says.
+        self.gdn_backend = mc.gdn_backend
+        self.ops = make_ops(mc.gdn_backend, frozenset(mc.kernel_arms))
         self.model = build_model(mc.model, self.ops, self.dtype, self.device, mc.load_format, mc.seed)
         cfg = self.model.cfg
         self.vocab_size = cfg.vocab_size
@@ -75,9 +63,15 @@ class ModelRunner:
         self.num_state_slots = sc.max_num_seqs + 1
         self.device_name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
         self._peak = 0
+        self.cache_spec = self.model.cache_spec()
         self.num_kv_blocks = self._size_kv_pool(config)
         self.cache = ModelCache.allocate(
-            cfg, self.num_kv_blocks, self.block_size, self.num_state_slots, self.dtype, self.device
+            self.cache_spec,
+            self.num_kv_blocks,
+            self.block_size,
+            self.num_state_slots,
+            self.dtype,
+            self.device,
         )
         self.sampler = Sampler(self.device, mc.seed)
         self.graphs: DecodeGraphs | None = None
@@ -89,17 +83,17 @@ class ModelRunner:
             "capacity: %d concurrent requests (GDN state slots, %.1f MiB), %d KV tokens in %d blocks of %d "
             "(%.1f MiB; %.1f requests at the full max_model_len %d)",
             self.num_state_slots - 1,
-            self.num_state_slots * state_bytes_per_slot(cfg, self.dtype) / 2**20,
+            self.num_state_slots * state_bytes_per_slot(self.cache_spec, self.dtype) / 2**20,
             kv_tokens,
             self.num_kv_blocks - 1,
             self.block_size,
-            self.num_kv_blocks * kv_bytes_per_block(cfg, self.block_size, self.dtype) / 2**20,
+            self.num_kv_blocks * kv_bytes_per_block(self.cache_spec, self.block_size, self.dtype) / 2**20,
             kv_tokens / self.max_model_len,
             self.max_model_len,
         )
 
     def _size_kv_pool(self, config: EngineConfig) -> int:
-        cfg, bs = self.model.cfg, self.block_size
+        cs, bs = self.cache_spec, self.block_size
         if config.cache.num_gpu_blocks_override:
             return config.cache.num_gpu_blocks_override + 1  # + the reserved null block
         if self.device.type != "cuda":
@@ -108,7 +102,7 @@ class ModelRunner:
         # Warm up at the full token budget with a minimal pool to measure activation memory.
         budget = config.scheduler.max_num_batched_tokens
         probe_blocks = math.ceil(budget / bs) + 1
-        self.cache = ModelCache.allocate(cfg, probe_blocks, bs, 2, self.dtype, self.device)
+        self.cache = ModelCache.allocate(cs, probe_blocks, bs, 2, self.dtype, self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         spec = SeqSpec(
             token_ids=[0] * budget, num_computed=0, block_ids=list(range(1, probe_blocks)), state_slot=1
@@ -120,15 +114,13 @@ class ModelRunner:
         torch.cuda.empty_cache()
         free, total = torch.cuda.mem_get_info(self.device)
         allowed = total * config.cache.gpu_memory_utilization - (total - free)
-        states = self.num_state_slots * state_bytes_per_slot(cfg, self.dtype)
+        states = self.num_state_slots * state_bytes_per_slot(self.cache_spec, self.dtype)
         # Decode graphs keep their own pool: the padded KV of the largest graph bucket, bf16 + fp32.
         graphs = (
-            0
-            if config.model.enforce_eager
-            else MAX_GRAPH_KV_TOKENS * 2 * cfg.num_key_value_heads * cfg.head_dim * 6
+            0 if config.model.enforce_eager else MAX_GRAPH_KV_TOKENS * 2 * math.prod(cs.kv_token_shape) * 6
         )
         avail = allowed - states - activation * 1.2 - graphs
-        blocks = int(avail // kv_bytes_per_block(cfg, bs, self.dtype))
+        blocks = int(avail // kv_bytes_per_block(cs, bs, self.dtype))
         if blocks < 2:
             raise RuntimeError(
                 f"not enough device memory for the KV cache: {avail / 2**30:.2f} GiB left after weights, "

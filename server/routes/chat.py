@@ -3,7 +3,6 @@ machinery as completions."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -13,17 +12,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from engine.frontend.tokenizer import ChatTemplateError
 from engine.sampling_params import TokenLogprobs
-from server.errors import APIError, from_exception
 from server.metrics import RequestTimer
 from server.protocol import ChatCompletionRequest, ChatMessage, TemplateScalar
 from server.serving import (
     ERROR_RESPONSES,
     ChoiceState,
     check_common,
-    encode,
-    resolve_max_tokens,
     respond,
     sampling_params,
     submit,
@@ -43,22 +38,9 @@ async def render_chat(
     kwargs: dict[str, TemplateScalar] | None,
     add_generation_prompt: bool = True,
 ) -> list[int]:
-    """Chat template (sandboxed Jinja inside the tokenizer) off the event loop, then token ids."""
-    tok = st.llm.tokenizer
+    """The protocol's messages through the model's chat template (the input processor's), as ids."""
     dicts = [m.as_template_dict() for m in messages]
-    try:
-        text = await asyncio.to_thread(
-            tok.apply_chat_template,
-            dicts,
-            add_generation_prompt=add_generation_prompt,
-            tools=tools,
-            **(kwargs or {}),
-        )
-    except ChatTemplateError as exc:
-        raise from_exception(exc) from exc
-    except (TypeError, ValueError) as exc:
-        raise APIError(400, "Chat template could not be rendered", param="chat_template_kwargs") from exc
-    return await encode(st, text)
+    return await st.llm.input_processor.render_chat(dicts, tools, kwargs, add_generation_prompt)
 
 
 def chat_logprobs(tok: Any, token_ids: Sequence[int], lps: Sequence[TokenLogprobs], k: int) -> dict[str, Any]:
@@ -79,15 +61,12 @@ def chat_logprobs(tok: Any, token_ids: Sequence[int], lps: Sequence[TokenLogprob
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     st = get_state(request)
     check_common(body, st)
+    ip = st.llm.input_processor
     limit = body.output_limit()
-    if limit is not None and limit > st.llm.max_model_len:
-        raise APIError(
-            400, f"max_completion_tokens must be at most {st.llm.max_model_len}", param="max_tokens"
-        )
+    ip.check_max_tokens(limit, "max_completion_tokens")
     prompt_ids = await render_chat(st, body.messages, body.tools, body.chat_template_kwargs)
-    if not prompt_ids:
-        raise APIError(400, "messages rendered to an empty prompt", param="messages")
-    max_tokens = resolve_max_tokens(limit, len(prompt_ids), st.llm.max_model_len)
+    ip.check_prompt(prompt_ids, "messages")
+    max_tokens = ip.resolve_max_tokens(limit, len(prompt_ids))
     k = (body.top_logprobs or 0) if body.logprobs else None
     params = [[sampling_params(body, max_tokens, k, j) for j in range(body.n)]]
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -98,7 +77,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         ChoiceState(index=j, prompt_ids=prompt_ids, timer=RequestTimer(st.metrics, start))
         for j in range(body.n)
     ]
-    merged = submit(st, [prompt_ids], params, body.stop_list(), request_id, body.skip_special_tokens)
+    merged = submit(st, [prompt_ids], params, body, request_id)
     tok = st.llm.tokenizer
     head = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": st.model_name}
 

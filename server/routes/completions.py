@@ -12,16 +12,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from engine.sampling_params import TokenLogprobs
-from server.errors import APIError
 from server.metrics import RequestTimer
 from server.protocol import CompletionRequest
 from server.serving import (
     ERROR_RESPONSES,
     ChoiceState,
     check_common,
-    check_token_ids,
-    encode,
-    resolve_max_tokens,
     respond,
     sampling_params,
     submit,
@@ -72,23 +68,15 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     st = get_state(request)
     check_common(body, st)
     llm = st.llm
+    ip = llm.input_processor
     raw = _prompt_list(body.prompt)
-    if not raw or any(len(p) == 0 for p in raw):
-        raise APIError(400, "prompt must not be empty", param="prompt")
-    prompts: list[list[int]] = []
-    for p in raw:
-        if isinstance(p, str):
-            prompts.append(await encode(st, p))
-        else:
-            check_token_ids(p, llm.vocab_size, "prompt")
-            prompts.append(list(p))
-    if any(not ids for ids in prompts):
-        raise APIError(400, "prompt must not be empty", param="prompt")
+    if not raw:
+        ip.check_prompt([])
+    prompts = [await ip.prompt_ids(p) for p in raw]
     params = []
     for ids in prompts:
-        max_tokens = resolve_max_tokens(body.max_tokens, len(ids), llm.max_model_len)
+        max_tokens = ip.resolve_max_tokens(body.max_tokens, len(ids))
         params.append([sampling_params(body, max_tokens, body.logprobs, j) for j in range(body.n)])
-    stop = body.stop_list()
     request_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     logger.info(
@@ -103,7 +91,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     ]
     echo_text = [p if isinstance(p, str) else llm.tokenizer.decode(p) for p in raw] if body.echo else []
     offsets = [0] * len(choices)
-    merged = submit(st, prompts, params, stop, request_id, body.skip_special_tokens)
+    merged = submit(st, prompts, params, body, request_id)
     tok = llm.tokenizer
     k = body.logprobs
     head = {"id": request_id, "object": "text_completion", "created": created, "model": st.model_name}

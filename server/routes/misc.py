@@ -18,7 +18,7 @@ from server.protocol import (
     TokenizeResponse,
 )
 from server.routes.chat import render_chat
-from server.serving import ERROR_RESPONSES, check_token_ids, encode
+from server.serving import ERROR_RESPONSES
 from server.state import ServerState, get_state, package_version
 
 router = APIRouter()
@@ -86,7 +86,8 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
             add_generation_prompt=body.add_generation_prompt,
         )
     else:
-        ids = await encode(st, body.prompt or "", add_special_tokens=body.add_special_tokens)
+        ip = st.llm.input_processor
+        ids = await ip.encode(body.prompt or "", add_special_tokens=body.add_special_tokens)
     return TokenizeResponse(count=len(ids), max_model_len=st.llm.max_model_len, tokens=ids)
 
 
@@ -94,5 +95,5 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
 async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
     st = get_state(request)
     st.check_model(body.model)
-    check_token_ids(body.tokens, st.llm.vocab_size, "tokens")
+    st.llm.input_processor.check_token_ids(body.tokens, "tokens")
     return DetokenizeResponse(prompt=st.llm.tokenizer.decode(body.tokens))

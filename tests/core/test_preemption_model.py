@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, ServerConfig, resolve_model
+from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, ServerConfig
 from engine.frontend.async_llm import AsyncLLM
 from engine.sampling_params import SamplingParams
+from engine.worker.resolve import resolve_model
 
 PROMPTS = [[(11 * i + 7 * j) % 400 for j in range(40 + 3 * i)] for i in range(6)]
 MAX_TOKENS = 24

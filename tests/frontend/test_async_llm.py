@@ -12,6 +12,7 @@ from engine.frontend.async_llm import (
     ContextLengthError,
     EngineDeadError,
     InvalidRequestError,
+    PromptRequest,
     QueueFullError,
     RequestOutput,
     RequestRejectedError,
@@ -116,8 +117,8 @@ async def test_unstarted_stream_closed_or_dropped_aborts():
     try:
         a, b = llm.generate_wave(
             [
-                ([1, 2, 3], SamplingParams(max_tokens=400), "u1", ()),
-                ([4, 5], SamplingParams(max_tokens=400), "u2", ()),
+                PromptRequest("u1", [1, 2, 3], SamplingParams(max_tokens=400)),
+                PromptRequest("u2", [4, 5], SamplingParams(max_tokens=400)),
             ]
         )
         await a.aclose()
@@ -153,12 +154,12 @@ async def test_queue_full_is_all_or_nothing():
     llm = await make_llm(max_num_seqs=2, max_waiting_requests=2)  # limit 4 unfinished
     try:
         p = SamplingParams(max_tokens=2)
-        its = llm.generate_wave([([1], p, "a", ()), ([2], p, "b", ()), ([3], p, "c", ())])
+        its = llm.generate_wave([PromptRequest(rid, [i + 1], p) for i, rid in enumerate("abc")])
         with pytest.raises(QueueFullError):
-            llm.generate_wave([([4], p, "d", ()), ([5], p, "e", ())])
+            llm.generate_wave([PromptRequest("d", [4], p), PromptRequest("e", [5], p)])
         assert llm.num_unfinished == 3
         await asyncio.gather(*(collect(it) for it in its))
-        await collect(llm.generate_wave([([4], p, "d", ())])[0])  # recovered
+        await collect(llm.generate_wave([PromptRequest("d", [4], p)])[0])  # recovered
     finally:
         await llm.shutdown()
 
@@ -180,7 +181,7 @@ async def test_validation_errors():
         assert (ce.value.prompt_len, ce.value.max_tokens, ce.value.max_model_len) == (500, 20, 512)
         assert isinstance(ce.value, ValueError)
         with pytest.raises(InvalidRequestError):  # duplicate id in one wave: none admitted
-            llm.generate_wave([([1], p, "d", ()), ([1], p, "d", ())])
+            llm.generate_wave([PromptRequest("d", [1], p), PromptRequest("d", [1], p)])
         assert llm.num_unfinished == 0
     finally:
         await llm.shutdown()

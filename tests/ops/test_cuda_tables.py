@@ -3,6 +3,8 @@ model's shapes allow (no GPU needed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from engine.ops.compile import arch_table, tuning_row, tuning_table
@@ -32,9 +34,23 @@ def test_unknown_macro_is_an_error():
 
 
 def test_fused_decode_dropped_for_conv_widths_it_cannot_run():
-    from engine.ops.arms import DEFAULT_ARMS, usable_arms
+    from engine.ops.arms import DEFAULT_ARMS, KernelShapes, usable_arms
 
-    assert usable_arms(DEFAULT_ARMS, 4) == (DEFAULT_ARMS, None)
-    arms, note = usable_arms(DEFAULT_ARMS, 3)
-    assert arms == DEFAULT_ARMS - {"decode.fused"} and note is not None and "width 4" in note
-    assert usable_arms(frozenset({"conv.chunk8"}), 3) == (frozenset({"conv.chunk8"}), None)
+    width4 = KernelShapes(conv_width=4, key_head_dim=128, value_head_dim=128, dtype="bfloat16")
+    width3 = KernelShapes(conv_width=3, key_head_dim=128, value_head_dim=128, dtype="bfloat16")
+    assert usable_arms(DEFAULT_ARMS, width4) == (DEFAULT_ARMS, [])
+    arms, notes = usable_arms(DEFAULT_ARMS, width3)
+    assert arms == DEFAULT_ARMS - {"decode.fused"} and len(notes) == 1 and "width 4" in notes[0]
+    assert usable_arms(frozenset({"conv.chunk8"}), width3) == (frozenset({"conv.chunk8"}), [])
+
+
+def test_arm_registry_entries_are_complete():
+    from engine.ops import OP_NAMES
+    from engine.ops.arms import ARM_LIST, ARMS, DEFAULT_ARMS
+
+    root = Path(__file__).resolve().parents[2]
+    assert len(ARMS) == len(ARM_LIST)  # no name registered twice
+    assert DEFAULT_ARMS == {"conv.chunk8", "conv.k4", "decode.fused", "prefill.tensorcore"}
+    for arm in ARM_LIST:
+        assert arm.op in (*OP_NAMES, "gdn_decode"), arm
+        assert (root / arm.evidence).is_file(), arm

@@ -117,7 +117,7 @@ def test_cuda_table_uses_the_kernels_only_under_their_arms():
     from engine.ops.arms import ARMS, DEFAULT_ARMS, cuda_overrides
     from engine.ops.norm import fused_cuda
 
-    assert {"norm.fused", "attention.qk_fused"} <= ARMS
+    assert {"norm.fused", "attention.qk_fused"} <= set(ARMS)
     assert not {"norm.fused", "attention.qk_fused"} & DEFAULT_ARMS
     off = cuda_overrides(DEFAULT_ARMS)
     assert not {"add_rms_norm", "silu_mul", "qk_norm_rope_kv"} & set(off)

@@ -101,7 +101,7 @@ def composed_step(L: Layer, s: Step, cst: torch.Tensor, sst: torch.Tensor) -> to
     q, k = x[:, : nk * D].view(B, nk, D), x[:, nk * D : 2 * nk * D].view(B, nk, D)
     v = x[:, 2 * nk * D :].view(B, nv, D)
     g, beta = gating.gdn_gating(s.a, s.b, L.A_log, L.dt_bias)
-    o = delta.recurrent_gated_delta_rule(q, k, v, g, beta, sst, L.slots, arms=frozenset())
+    o = delta.recurrent_gated_delta_rule(q, k, v, g, beta, sst, L.slots)
     return norm.gated_rms_norm(o.reshape(-1, D), s.z.reshape(-1, D), L.nw, EPS).reshape(B, nv * D)
 
 

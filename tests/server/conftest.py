@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 import pytest_asyncio
 
-from engine.config import EngineConfig, ModelConfig, ServerConfig, resolve_model
+from engine.config import EngineConfig, ModelConfig, ServerConfig
+from engine.worker.resolve import resolve_model
 from server.app import build_app
 
 API_KEY = "test-key-0123456789"

@@ -7,8 +7,9 @@ import asyncio
 
 import httpx
 
-from engine.config import EngineConfig, ModelConfig, SchedulerConfig, ServerConfig, resolve_model
+from engine.config import EngineConfig, ModelConfig, SchedulerConfig, ServerConfig
 from engine.frontend.async_llm import AsyncLLM
+from engine.worker.resolve import resolve_model
 from server.app import build_app
 from tests.server.conftest import assert_openai_error
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.model.cache import ModelCache
+from engine.model.cache import CacheSpec, ModelCache
 from engine.model.forward_batch import ForwardBatch
 from engine.model.qwen3_5.config import LINEAR, Qwen35Config
 from engine.model.qwen3_5.layers import MLP, GatedAttention, GatedDeltaNet, GDNMeta
@@ -69,6 +69,18 @@ class Qwen35Model(nn.Module):
         rows = fb.logits_indices  # the last add and norm only for the sampled rows
         y, _ = ops.add_rms_norm(x[rows], None if h is None else h[rows], self.norm, eps)
         return F.linear(y, self.lm_head).float()
+
+    def cache_spec(self) -> CacheSpec:
+        """What the pools hold for this model: paged K/V per gated-attention layer, a conv and a
+        recurrent state slot per GDN layer."""
+        c = self.cfg
+        return CacheSpec(
+            num_kv_layers=len(c.full_layers),
+            kv_token_shape=(c.num_key_value_heads, c.head_dim),
+            num_state_layers=len(c.linear_layers),
+            conv_state_shape=(c.conv_dim, c.linear_conv_kernel_dim - 1),
+            ssm_state_shape=(c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim),
+        )
 
     def num_parameters(self) -> int:
         seen: set[int] = set()

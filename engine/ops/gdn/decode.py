@@ -6,8 +6,8 @@ rounding points, same fp32 reduction orders). One CTA of 8 warps per (sequence, 
 state in registers, the gated norm in the epilogue (the .cu header records the grid variants that
 lost and were removed). The Nv / Nk CTAs that share a key head's q|k conv state meet through int32
 counters in a per-device buffer: allocated once, zeroed, and left at zero by every launch. Launches
-that may run concurrently on different streams must not share it.
-``arms`` is accepted for the ops table and not used: the state always lives in registers.
+that may run concurrently on different streams must not share it. It has no arms: the state always
+lives in registers.
 """
 
 from __future__ import annotations
@@ -84,8 +84,6 @@ def gdn_decode(
     ssm_state,
     state_slot,
     num_k_heads,
-    *,
-    arms: frozenset[str] = frozenset(),
 ):
     """One decode token per sequence -> y [B, Nv*128] bf16 (gated-RMSNorm output, before out_proj).
 
@@ -93,8 +91,7 @@ def gdn_decode(
     row-strided column slices of the fused projection); conv_weight [C, 4] bf16; conv_state [S, C, 3]
     bf16 and ssm_state [S, Nv, 128, 128] fp32 pools, updated in place for slots > 0 (slot <= 0 is
     padding: zero state, pools untouched, the row of y still written); A_log, dt_bias [Nv] and
-    norm_weight [128] bf16 or fp32; state_slot [B] int. ``arms`` is accepted for the ops table and
-    not used.
+    norm_weight [128] bf16 or fp32; state_slot [B] int.
     """
     op = "gdn_decode"
     nk = int(num_k_heads)

@@ -118,8 +118,6 @@ def chunk_gated_delta_rule(
     state_slot,
     has_initial_state,
     max_query_len,
-    *,
-    arms: frozenset[str] = frozenset(),
 ):
     """q, k [T, Nk, 128], v [T, Nv, 128] bf16, g, beta [T, Nv] fp32 -> o [T, Nv, 128] bf16.
 
@@ -149,9 +147,7 @@ def chunk_gated_delta_rule(
     return out
 
 
-def recurrent_gated_delta_rule(
-    q, k, v, g, beta, ssm_state, state_slot, *, arms: frozenset[str] = frozenset()
-):
+def recurrent_gated_delta_rule(q, k, v, g, beta, ssm_state, state_slot):
     """One token per sequence: q, k [B, Nk, 128], v [B, Nv, 128] -> o [B, Nv, 128] bf16; state by slot."""
     op = "recurrent_gated_delta_rule"
     B, nk, nv, g, beta = _check(op, q, k, v, g, beta, ssm_state)

@@ -175,7 +175,7 @@ def gdn_decode(
     """A GDN layer's whole decode step between its two projections, as the unfused ops run it.
 
     qkv ``[B, C]``, z ``[B, Nv*dv]``, b, a ``[B, Nv]`` -> y ``[B, Nv*dv]`` in qkv.dtype (the input
-    of out_proj). The semantics a fused decode kernel (KERNELS.md K4) must reproduce.
+    of out_proj). The semantics a fused decode kernel (K4 in docs/kernels.md) must reproduce.
     """
     from engine.ops.conv.reference import causal_conv1d_decode
     from engine.ops.norm.reference import gated_rms_norm

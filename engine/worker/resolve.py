@@ -1,0 +1,81 @@
+"""Config resolution: every "auto" of a ModelConfig settled once, before anything starts.
+
+Device, dtype, the embedded default model, and which kernels run: the GDN backend falls back to the
+torch reference when the CUDA kernels cannot run the model, and the kernel arms are the exact set that
+will be bound (defaults filled in, arms the model's shapes rule out dropped with a warning). The
+resolved config is what ``deltaserve serve`` logs and what the ModelRunner builds its Ops table from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from engine.config import ModelConfig, default_cache_dir
+from engine.ops.arms import DEFAULT_ARMS, KernelShapes, check_known, unsupported_reason, usable_arms
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _cupy_imports() -> bool:
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def settle_kernels(
+    backend: str, requested: tuple[str, ...], shapes: KernelShapes | None
+) -> tuple[str, tuple[str, ...], list[str]]:
+    """(backend, arms, warnings) for a resolved device: "cuda" only where the kernels can run the
+    model, the arms exactly those that will be bound (none on the torch backend)."""
+    check_known(frozenset(requested))
+    if backend != "cuda":
+        return "torch", (), []
+    assert shapes is not None
+    why = unsupported_reason(shapes)
+    if why is not None:
+        return "torch", (), [f"gdn backend cuda cannot run this model ({why}): using the torch reference ops"]
+    arms, notes = usable_arms(frozenset(requested) or DEFAULT_ARMS, shapes)
+    return "cuda", tuple(sorted(arms)), notes
+
+
+def resolve_model(cfg: ModelConfig) -> ModelConfig:
+    """Fill every "auto" of a ModelConfig: device, dtype, the tiny default model path, gdn backend and
+    kernel arms. Resolving a resolved config returns it unchanged."""
+    from engine.model.registry import kernel_shapes
+
+    device = resolve_device(cfg.device)
+    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if device.startswith("cuda") else "float32")
+    model, default_name = cfg.model, ""
+    if not model:
+        from engine.checkpoints.default import TINY_NAME, ensure_default_model
+
+        model, default_name = str(ensure_default_model(default_cache_dir())), TINY_NAME
+    wanted: str = cfg.gdn_backend
+    if wanted == "auto":
+        wanted = "cuda" if device.startswith("cuda") and _cupy_imports() else "torch"
+    shapes = kernel_shapes(model, dtype) if wanted == "cuda" else None
+    backend, arms, notes = settle_kernels(wanted, cfg.kernel_arms, shapes)
+    for note in notes:
+        log.warning("%s", note)
+    name = cfg.served_model_name or default_name or Path(model).name
+    return dataclasses.replace(
+        cfg,
+        model=model,
+        device=device,
+        dtype=dtype,  # type: ignore[arg-type]
+        gdn_backend=backend,  # type: ignore[arg-type]
+        kernel_arms=arms,
+        served_model_name=name,
+    )
