@@ -34,9 +34,10 @@
 // seq_lens [B], num_computed [B] int32, gate [T, H, D] bf16 (strides given) or null, out [T, H, D]
 // bf16 contiguous; workspace o_part [splits, T, H, D] fp32, lse_part [splits, T, H] fp32.
 
-// Per-arch tile rows, parsed by engine/ops/attention/cuda.py: (SM, BN for D <= 128, BN for D = 256).
-// BN = 32 at D = 256 keeps the prefill CTA (BM 64: Q 32 KB + two K/V stages 64 KB) under sm_120's
-// 99 KB; D <= 128 takes 64-key tiles (80 KB at D = 128). Measured on the H200 only.
+// Per-arch tile rows, parsed by engine/ops/attention/cuda.py (the wrapper instantiates exactly these).
+// Prefill (4 warps, BM 64, two K/V stages): (SM, BN for D <= 128, BN for D = 256). BN = 32 at D = 256
+// keeps the CTA (Q 32 KB + two K/V stages 64 KB) under sm_120's 99 KB; D <= 128 takes 64-key tiles
+// (80 KB at D = 128).
 #define PA_TILES(X) \
   X(80, 64, 32)     \
   X(90, 64, 32)     \
@@ -52,6 +53,27 @@ struct PaTiles;
   };
 PA_TILES(PA_ROW)
 #undef PA_ROW
+
+// Decode (1 warp, BM 16): (SM, K/V stages, KiB of K + V per stage); BN = KIB * 1024 / (4 D), so 16
+// keys at D = 256. Three tiles stay in flight while one is computed: a one-warp CTA's bytes in flight,
+// not its math, decide decode bandwidth (72 KB per CTA at D = 256: three CTAs per H200 SM).
+#define PA_DECODE(X) \
+  X(80, 4, 16)       \
+  X(90, 4, 16)       \
+  X(120, 4, 16)
+
+template <int SM>
+struct PaDecode;
+#define PA_DROW(SM, STAGES, KIB)                  \
+  template <>                                     \
+  struct PaDecode<SM> {                           \
+    static constexpr int stages = STAGES;         \
+    static constexpr int kib = KIB;               \
+  };
+PA_DECODE(PA_DROW)
+#undef PA_DROW
+
+#define PA_MAX_SPLITS 64  // mirrored by MAX_SPLITS in engine/ops/attention/cuda.py
 
 namespace pa {
 
@@ -111,19 +133,18 @@ __device__ __forceinline__ unsigned swz(int row, int chunk) {
   return (unsigned)(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
 }
 
-// the model's rounding points: bf16(attn), then bf16(attn * bf16(sigmoid(gate)))
-__device__ __forceinline__ float gated(float a, const bf16_t* gate_row, int col) {
-  a = bf16_round(a);
-  if (gate_row != nullptr) {
-    const float g = bf16_to_f(gate_row[col]);
-    a = a * bf16_round(1.0f / (1.0f + expf(-g)));
-  }
-  return a;
+// the model's rounding points: bf16(attn), then bf16(attn * bf16(sigmoid(gate))). The fast exp and
+// divide are a few fp32 ulps off, far below the bf16 rounding of the sigmoid that follows; for
+// g < -88 the exp is inf and 1 / inf gives 0, the limit.
+__device__ __forceinline__ float gated(float a, float g) {
+  return bf16_round(a) * bf16_round(__fdividef(1.0f, 1.0f + __expf(-g)));
 }
+__device__ __forceinline__ float lo_f(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_f(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 
 }  // namespace pa
 
-template <int D, int BN, int NW>
+template <int D, int BN, int NW, int STAGES>
 __global__ void __launch_bounds__(NW * 32)
     paged_attn_kernel(const pa::bf16_t* __restrict__ q, const pa::bf16_t* __restrict__ k_cache,
                       const pa::bf16_t* __restrict__ v_cache, const int* __restrict__ block_table,
@@ -137,11 +158,11 @@ __global__ void __launch_bounds__(NW * 32)
   constexpr int BM = 16 * NW, NT = 32 * NW, CPR = D / 8;  // CPR: 16-byte chunks per row
   constexpr int Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
   static_assert(D == 64 || D == 128 || D == 256, "head dim 64, 128 or 256");
-  static_assert(BN % 16 == 0 && NT % CPR == 0, "tile shape");
+  static_assert(BN % 16 == 0 && NT % CPR == 0 && STAGES >= 2, "tile shape");
   extern __shared__ __align__(128) unsigned char pa_smem[];
   const unsigned s_q = smem_u32(pa_smem);
-  const unsigned s_k = s_q + Q_BYTES;             // two stages of K
-  const unsigned s_v = s_k + 2 * KV_BYTES;        // two stages of V
+  const unsigned s_k = s_q + Q_BYTES;             // STAGES tiles of K
+  const unsigned s_v = s_k + STAGES * KV_BYTES;   // STAGES tiles of V
 
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
   const int b = blockIdx.x / num_kv_heads, hk = blockIdx.x % num_kv_heads;
@@ -208,18 +229,20 @@ __global__ void __launch_bounds__(NW * 32)
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
 
-  if (kt0 < kt1) load_kv(kt0, 0);
-  cp_async_commit();
-  for (int kt = kt0; kt < kt1; ++kt) {
-    const int stage = (kt - kt0) & 1;
-    if (kt + 1 < kt1) {
-      load_kv(kt + 1, stage ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+  // STAGES-deep ring: tiles i+1 .. i+STAGES-1 are in flight while tile i is computed. One group is
+  // committed per tile slot (empty past the end) so wait_group counts stay uniform; Q rides in the first.
+  const int n_my = kt1 - kt0;
+#pragma unroll
+  for (int p = 0; p < STAGES - 1; ++p) {
+    if (p < n_my) load_kv(kt0 + p, p);
+    cp_async_commit();
+  }
+  for (int i = 0; i < n_my; ++i) {
+    cp_async_wait<STAGES - 2>();  // this thread's copies of tile i (and Q) landed
+    __syncthreads();              // everyone's did, and every warp is done with tile i - 1
+    if (i + STAGES - 1 < n_my) load_kv(kt0 + i + STAGES - 1, (i + STAGES - 1) % STAGES);
+    cp_async_commit();
+    const int stage = i % STAGES, kt = kt0 + i;
     const int kv0 = kt * BN;
     if (active && kv0 < warp_hi) {
       const unsigned sk = s_k + stage * KV_BYTES, sv = s_v + stage * KV_BYTES;
@@ -276,12 +299,16 @@ __global__ void __launch_bounds__(NW * 32)
       }
       l0 = l0 * al0 + rs0;  // per-thread partial sums; the quad is reduced once, at the end
       l1 = l1 * al1 + rs1;
+      // D / 2 multiplies per thread, as many as the tile's mma at BN = 32: skipped when no row's
+      // max moved (alpha is then exactly 1), which most tiles past the first few see
+      if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
 #pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        o[i][0] *= al0;
-        o[i][1] *= al0;
-        o[i][2] *= al1;
-        o[i][3] *= al1;
+        for (int j = 0; j < D / 8; ++j) {
+          o[j][0] *= al0;
+          o[j][1] *= al0;
+          o[j][2] *= al1;
+          o[j][3] *= al1;
+        }
       }
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
@@ -297,7 +324,6 @@ __global__ void __launch_bounds__(NW * 32)
         }
       }
     }
-    __syncthreads();  // stage `stage` is refilled by the next iteration's prefetch
   }
   cp_async_wait<0>();  // an empty split still committed its Q group
 
@@ -315,13 +341,21 @@ __global__ void __launch_bounds__(NW * 32)
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const size_t orow = (size_t)tok * num_heads + h;
     if (num_splits == 1) {
-      const pa::bf16_t* grow = gate ? gate + (size_t)tok * g_stride_t + (size_t)h * g_stride_h : nullptr;
-      unsigned* dst = reinterpret_cast<unsigned*>(out + orow * D);
+      unsigned* dst = reinterpret_cast<unsigned*>(out + orow * D) + (lane & 3);
+      if (gate != nullptr) {  // all of the row's gate words are loaded before the first use
+        const unsigned* gw = reinterpret_cast<const unsigned*>(gate + (size_t)tok * g_stride_t +
+                                                               (size_t)h * g_stride_h) + (lane & 3);
+        unsigned gv[D / 8];
 #pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt) {
-        const int col = nt * 8 + 2 * (lane & 3);
-        dst[col >> 1] = pack_bf16x2(gated(o[nt][2 * half] * inv, grow, col),
-                                    gated(o[nt][2 * half + 1] * inv, grow, col + 1));
+        for (int nt = 0; nt < D / 8; ++nt) gv[nt] = gw[nt * 4];
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt)
+          dst[nt * 4] = pack_bf16x2(gated(o[nt][2 * half] * inv, lo_f(gv[nt])),
+                                    gated(o[nt][2 * half + 1] * inv, hi_f(gv[nt])));
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt)
+          dst[nt * 4] = pack_bf16x2(o[nt][2 * half] * inv, o[nt][2 * half + 1] * inv);
       }
     } else {
       const size_t prow = (size_t)blockIdx.z * num_tokens * num_heads + orow;
@@ -334,24 +368,28 @@ __global__ void __launch_bounds__(NW * 32)
   }
 }
 
-// Merge the num_splits partial results of every (token, head) row: weights 2^(lse_s - max lse), splits
-// with lse = -inf (nothing visible) skipped; then the same epilogue as the main kernel. One CTA of
-// D / 4 threads per row, 4 columns per thread.
+// Merge the num_splits partial results of every (token, head) row: weights 2^(lse_s - max lse) (a
+// split that saw nothing has lse = -inf and wrote O = 0, so it weighs exactly 0); then the main
+// kernel's epilogue. One CTA of D / 4 threads per row, 4 columns per thread; the split loop is
+// unrolled so several partial loads are in flight (it was latency bound at 35 splits).
 template <int D>
 __global__ void __launch_bounds__(D / 4)
     paged_attn_combine_kernel(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                               const pa::bf16_t* __restrict__ gate, pa::bf16_t* __restrict__ out, int num_rows,
                               int num_heads, int num_splits, int g_stride_t, int g_stride_h) {
   using namespace pa;
+  __shared__ float lse_s[PA_MAX_SPLITS];
   const int row = blockIdx.x, col = threadIdx.x * 4;
+  for (int s = threadIdx.x; s < num_splits; s += D / 4) lse_s[s] = lse_part[(size_t)s * num_rows + row];
+  __syncthreads();
   float mx = neg_inf();
-  for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, lse_part[(size_t)s * num_rows + row]);
+  for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, lse_s[s]);
   float acc[4] = {0.f, 0.f, 0.f, 0.f}, wsum = 0.f;
+  const float* src = o_part + (size_t)row * D + col;
+#pragma unroll 8
   for (int s = 0; s < num_splits; ++s) {
-    const float lse = lse_part[(size_t)s * num_rows + row];
-    if (lse == neg_inf()) continue;
-    const float wt = exp2f(lse - mx);
-    const float4 v = *reinterpret_cast<const float4*>(o_part + ((size_t)s * num_rows + row) * D + col);
+    const float wt = exp2f(lse_s[s] - mx);
+    const float4 v = *reinterpret_cast<const float4*>(src + (size_t)s * num_rows * D);
     wsum += wt;
     acc[0] = fmaf(wt, v.x, acc[0]);
     acc[1] = fmaf(wt, v.y, acc[1]);
@@ -359,11 +397,16 @@ __global__ void __launch_bounds__(D / 4)
     acc[3] = fmaf(wt, v.w, acc[3]);
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  const int tok = row / num_heads, h = row - tok * num_heads;
-  const pa::bf16_t* grow = gate ? gate + (size_t)tok * g_stride_t + (size_t)h * g_stride_h : nullptr;
   uint2 r;
-  r.x = pack_bf16x2(gated(acc[0] * inv, grow, col), gated(acc[1] * inv, grow, col + 1));
-  r.y = pack_bf16x2(gated(acc[2] * inv, grow, col + 2), gated(acc[3] * inv, grow, col + 3));
+  if (gate != nullptr) {
+    const int tok = row / num_heads, h = row - tok * num_heads;
+    const uint2 g = *reinterpret_cast<const uint2*>(gate + (size_t)tok * g_stride_t + (size_t)h * g_stride_h + col);
+    r.x = pack_bf16x2(gated(acc[0] * inv, lo_f(g.x)), gated(acc[1] * inv, hi_f(g.x)));
+    r.y = pack_bf16x2(gated(acc[2] * inv, lo_f(g.y)), gated(acc[3] * inv, hi_f(g.y)));
+  } else {
+    r.x = pack_bf16x2(acc[0] * inv, acc[1] * inv);
+    r.y = pack_bf16x2(acc[2] * inv, acc[3] * inv);
+  }
   *reinterpret_cast<uint2*>(out + (size_t)row * D + col) = r;
 }
 
@@ -371,13 +414,19 @@ __global__ void __launch_bounds__(D / 4)
 #define PA_ARGS                                                                                               \
   const pa::bf16_t*, const pa::bf16_t*, const pa::bf16_t*, const int*, const int*, const int*, const int*,   \
       const pa::bf16_t*, pa::bf16_t*, float*, float*, int, int, int, int, int, int, int, int, int, int, float
-// every instantiation the wrapper can pick on DS_SM: D 64 / 128 / 256, 1 warp (decode) or 4 (prefill)
-template __global__ void paged_attn_kernel<64, PaTiles<DS_SM>::bn_small, 1>(PA_ARGS);
-template __global__ void paged_attn_kernel<64, PaTiles<DS_SM>::bn_small, 4>(PA_ARGS);
-template __global__ void paged_attn_kernel<128, PaTiles<DS_SM>::bn_small, 1>(PA_ARGS);
-template __global__ void paged_attn_kernel<128, PaTiles<DS_SM>::bn_small, 4>(PA_ARGS);
-template __global__ void paged_attn_kernel<256, PaTiles<DS_SM>::bn_256, 1>(PA_ARGS);
-template __global__ void paged_attn_kernel<256, PaTiles<DS_SM>::bn_256, 4>(PA_ARGS);
+// every instantiation the wrapper can pick on DS_SM: D 64 / 128 / 256, prefill (4 warps, two stages)
+// and decode (1 warp, PaDecode stages of 4096 / D keys)
+#define PA_PREFILL(D, BN) template __global__ void paged_attn_kernel<D, BN, 4, 2>(PA_ARGS);
+#define PA_DEC(D) \
+  template __global__ void paged_attn_kernel<D, PaDecode<DS_SM>::kib * 256 / D, 1, PaDecode<DS_SM>::stages>(PA_ARGS);
+PA_PREFILL(64, PaTiles<DS_SM>::bn_small)
+PA_PREFILL(128, PaTiles<DS_SM>::bn_small)
+PA_PREFILL(256, PaTiles<DS_SM>::bn_256)
+PA_DEC(64)
+PA_DEC(128)
+PA_DEC(256)
+#undef PA_PREFILL
+#undef PA_DEC
 #define PA_COMBINE_ARGS const float*, const float*, const pa::bf16_t*, pa::bf16_t*, int, int, int, int, int
 template __global__ void paged_attn_combine_kernel<64>(PA_COMBINE_ARGS);
 template __global__ void paged_attn_combine_kernel<128>(PA_COMBINE_ARGS);

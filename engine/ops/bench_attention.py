@@ -52,11 +52,14 @@ def graph_us(calls, reps: int = 20) -> float:
     return statistics.median(times)
 
 
-def copy_bandwidth() -> float:
-    src = torch.empty(1 << 29, dtype=torch.int16, device="cuda").random_()
+def copy_bandwidth() -> tuple[float, float]:
+    """(memcpy, elementwise kernel) device copy bandwidth over 1 GiB, bytes read + written."""
+    src = torch.randn(1 << 28, device="cuda")
     dst = torch.empty_like(src)
-    us = graph_us([lambda: dst.copy_(src)] * 10)
-    return 2 * src.numel() * 2 / (us * 1e-6)
+    nbytes = 2 * src.numel() * 4
+    memcpy = graph_us([lambda: dst.copy_(src)] * 10)
+    kern = graph_us([lambda: torch.mul(src, 1.0, out=dst)] * 10)
+    return nbytes / (memcpy * 1e-6), nbytes / (kern * 1e-6)
 
 
 def matmul_rate() -> float:
@@ -83,15 +86,13 @@ def causal_flops(batch: Batch) -> float:
     return 4 * total * H * D
 
 
-def call(batch: Batch, gate: bool = True):
-    return lambda: attn.paged_attention(*batch.args(), gate=batch.gate if gate else None)
+def call(batch: Batch, gate: bool = True, splits: int | None = None, shape=None):
+    g = batch.gate if gate else None
+    return lambda: attn.paged_attention(*batch.args(), gate=g, splits=splits, shape=shape)
 
 
-def check(label: str, batch: Batch) -> None:
-    got = call(batch)()
-    err = rel(got, reference_fp32(batch, True))
-    ref_err = rel(ref.paged_attention(*batch.args(), gate=batch.gate), reference_fp32(batch, True))
-    plan = attn.make_plan(
+def plan_of(batch: Batch, splits: int | None = None, shape=None) -> attn.Plan:
+    return attn.make_plan(
         batch.q.shape[0],
         len(batch.specs),
         H,
@@ -99,17 +100,19 @@ def check(label: str, batch: Batch) -> None:
         D,
         batch.max_query_len,
         batch.max_seq_len,
-        lambda nw: attn._slots(
-            torch.cuda.current_device(),
-            f"paged_attn_kernel<{D}, {attn.tile_n(D)}, {nw}>",
-            attn.smem_bytes(D, attn.tile_n(D), nw),
-            32 * nw,
-        ),
-        attn.tile_n(D),
+        attn.device_slots(torch.cuda.current_device(), D),
+        lambda nw: attn.tile_shape(D, nw) if shape is None else shape,
+        splits,
     )
-    print(f"  check {label:<22} rel {err:.2e} (reference bf16 {ref_err:.2e}); plan {plan}", flush=True)
-    if not err < 5e-3:
-        raise SystemExit(f"{label}: rel {err:.2e} vs the fp32 reference")
+
+
+def check(label: str, batch: Batch, splits: int | None = None, shape=None) -> bool:
+    want = reference_fp32(batch, True)
+    err = rel(call(batch, splits=splits, shape=shape)(), want)
+    ref_err = rel(ref.paged_attention(*batch.args(), gate=batch.gate), want)
+    plan = plan_of(batch, splits, shape)
+    print(f"  check {label:<30} rel {err:.2e} (reference bf16 {ref_err:.2e}); {plan}", flush=True)
+    return err < 5e-3
 
 
 def sets(specs, nbytes: int, seed: int) -> list[Batch]:
@@ -118,51 +121,71 @@ def sets(specs, nbytes: int, seed: int) -> list[Batch]:
     return [make_batch(specs, BS, HKV, H // HKV, D, seed=seed + i) for i in range(n)]
 
 
-def bench_decode(copy_bw: float) -> None:
+DECODE_SHAPES = ((32, 1, 2), (16, 1, 3), (32, 1, 3), (64, 1, 2))  # (BN, NW, stages) beside the default
+SPLIT_SWEEP = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+PREFILL_SHAPES = ((16, 4, 4), (16, 4, 3), (32, 4, 3), (32, 8, 2), (16, 8, 3))
+
+
+def short(plan: attn.Plan) -> str:
+    return f"bn{plan.tile_n} nw{plan.warps} st{plan.stages} s{plan.splits}"
+
+
+def bench_decode(copy_bw: float, sweep: bool) -> None:
     for batch_size in (1, 8, 32, 64):
         specs = [(CTX, 1)] * batch_size
         one = make_batch(specs, BS, HKV, H // HKV, D, seed=1)
-        check(f"decode b{batch_size}", one)
+        if not check(f"decode b{batch_size}", one):
+            raise SystemExit(f"decode b{batch_size}: wrong results")
         batches = sets(specs, kv_bytes(one), seed=100)
+        floor = kv_bytes(one) / copy_bw * 1e6
+
+        def note(us: float, nbytes: int = kv_bytes(one), floor: float = floor) -> str:
+            bw = nbytes / (us * 1e-6)
+            return f"{bw / 1e12:.2f} TB/s = {bw / copy_bw:.0%} copy; floor {floor:.1f} us"
+
         us = graph_us([call(b) for b in batches])
-        bw = kv_bytes(one) / (us * 1e-6)
-        row(
-            "decode",
-            f"b{batch_size} x {CTX + 1}",
-            "paged_attention (cuda)",
-            us,
-            f"{bw / 1e12:.2f} TB/s = {bw / copy_bw:.0%} copy; floor {kv_bytes(one) / copy_bw * 1e6:.1f} us",
-        )
+        row("decode", f"b{batch_size} x {CTX + 1}", f"cuda {short(plan_of(one))}", us, note(us))
         if batch_size == 32:
             us_ref = B.time_eager(lambda b=one: ref.paged_attention(*b.args(), gate=b.gate), reps=3)
-            row("decode", f"b{batch_size} x {CTX + 1}", "reference op (eager)", us_ref, "")
+            row("decode", f"b{batch_size} x {CTX + 1}", "reference op (eager)", us_ref, note(us_ref))
+        for sh in ((None,) + DECODE_SHAPES) if sweep else ():
+            if sh is not None and not check(f"decode b{batch_size} {sh}", one, shape=sh):
+                continue
+            for sp in SPLIT_SWEEP if sh is None else (None,):
+                t = graph_us([call(b, splits=sp, shape=sh) for b in batches])
+                print(f"    sweep decode b{batch_size} {short(plan_of(one, sp, sh))}: {t:.1f} us  {note(t)}")
         del batches, one
         torch.cuda.empty_cache()
 
 
-def bench_prefill(mm_rate: float) -> None:
+def bench_prefill(mm_rate: float, sweep: bool) -> None:
     shapes = {
         "prefill 32 x 1024": [(0, 1024)] * 32,
         "mixed 2x1024 + 32 dec": [(CTX, 1)] * 32 + [(0, 1024)] * 2,
     }
     for label, specs in shapes.items():
         batch = make_batch(specs, BS, HKV, H // HKV, D, seed=7)
-        check(label, batch)
-        us = graph_us([call(batch)] * 4)
+        if not check(label, batch):
+            raise SystemExit(f"{label}: wrong results")
         fl = causal_flops(batch)
-        row(
-            "prefill",
-            label,
-            "paged_attention (cuda)",
-            us,
-            f"{fl / us / 1e6:.1f} TFLOP/s = {fl / (us * 1e-6) / mm_rate:.1%} bf16 mm",
-        )
+
+        def note(us: float, fl: float = fl) -> str:
+            return f"{fl / us / 1e6:.1f} TFLOP/s = {fl / (us * 1e-6) / mm_rate:.1%} bf16 mm"
+
+        us = graph_us([call(batch)] * 4)
+        row("prefill", label, f"cuda {short(plan_of(batch))}", us, note(us))
         us_ng = graph_us([call(batch, gate=False)] * 4)
-        row("prefill", label, "paged_attention, no gate", us_ng, f"{fl / us_ng / 1e6:.1f} TFLOP/s")
+        row("prefill", label, "cuda, no gate", us_ng, note(us_ng))
         us_ref = B.time_eager(lambda b=batch: ref.paged_attention(*b.args(), gate=b.gate), reps=2)
-        row("prefill", label, "reference op (eager)", us_ref, f"{fl / us_ref / 1e6:.1f} TFLOP/s")
+        row("prefill", label, "reference op (eager)", us_ref, note(us_ref))
         if label.startswith("prefill"):
             sdpa_peer(batch, fl, mm_rate)
+        for sh in PREFILL_SHAPES if sweep else ():
+            if check(f"{label} {sh}", batch, shape=sh):
+                t = graph_us([call(batch, shape=sh)] * 4)
+                print(
+                    f"    sweep {label} {short(plan_of(batch, None, sh))}: {t:.1f} us  {note(t)}", flush=True
+                )
         del batch
         torch.cuda.empty_cache()
 
@@ -189,21 +212,25 @@ def sdpa_peer(batch: Batch, flops: float, mm_rate: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--skip", choices=("decode", "prefill"), action="append", default=[])
+    p.add_argument("--sweep", action="store_true", help="also time other tile shapes and split counts")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a CUDA GPU")
         return 1
     print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
-    copy_bw, mm_rate = copy_bandwidth(), matmul_rate()
-    print(
-        f"  measured copy {copy_bw / 1e12:.2f} TB/s, bf16 matmul 8192^3 {mm_rate / 1e12:.0f} TFLOP/s",
-        flush=True,
+    mm_rate = matmul_rate()  # first: it also brings the clocks up
+    memcpy_bw, kernel_bw = copy_bandwidth()
+    copy_bw = max(memcpy_bw, kernel_bw)
+    rates = (
+        f"copy {copy_bw / 1e12:.2f} TB/s (memcpy {memcpy_bw / 1e12:.2f}, elementwise {kernel_bw / 1e12:.2f})"
     )
+    rates += f", bf16 matmul 8192^3 {mm_rate / 1e12:.0f} TFLOP/s"
+    print(f"  measured {rates}", flush=True)
     if "decode" not in args.skip:
-        bench_decode(copy_bw)
+        bench_decode(copy_bw, args.sweep)
     if "prefill" not in args.skip:
-        bench_prefill(mm_rate)
-    print(f"\ncopy {copy_bw / 1e12:.2f} TB/s, bf16 mm {mm_rate / 1e12:.0f} TFLOP/s")
+        bench_prefill(mm_rate, args.sweep)
+    print(f"\nmeasured {rates}")
     print("| op | shape | impl | us | note |\n|---|---|---|---|---|")
     for op, shape, impl, us, note in ROWS:
         print(f"| {op} | {shape} | {impl} | {us:.1f} | {note} |")

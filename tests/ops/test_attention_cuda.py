@@ -108,6 +108,16 @@ def test_w1_like_shapes():
     check(batch, use_gate=True, label="4B shapes")
 
 
+@pytest.mark.parametrize("shape", [(16, 4, 4), (32, 4, 3), (64, 1, 2), (16, 8, 2)])
+def test_other_instantiations(shape):
+    """Tile shapes the bench sweeps (BN, NW, stages) beside the defaults: the same results within
+    tolerance on a mixed batch (the template, not only the instantiated rows, is correct)."""
+    batch = make_batch(mixed_specs(16), 16, 2, 4, 128, seed=sum(shape))
+    want32 = reference_fp32(batch, True)
+    got = attn.paged_attention(*batch.args(*batch.poisoned_caches()), gate=batch.gate, shape=shape)
+    assert rel(got, want32) < TOL
+
+
 def graph_case(batch_fn, vary) -> None:
     """Capture at the batch's bounds, replay after changing the device metadata with ``vary``, compare
     each replay with an eager call on the same inputs (bitwise)."""
@@ -179,10 +189,11 @@ def test_bad_inputs_name_the_tensor():
 def test_kernel_resources():
     """Every instantiation compiled by NVRTC for this device: no local memory (spills), smem <= 99 KB."""
     for d in attn.HEAD_DIMS:
-        bn = attn.tile_n(d)
         for nw in (1, 4):
-            smem = attn.smem_bytes(d, bn, nw)
-            fn = attn._function(f"paged_attn_kernel<{d}, {bn}, {nw}>", smem)
-            print(f"d{d} bn{bn} nw{nw}: {fn.num_regs} regs, {smem} B smem, {fn.local_size_bytes} B local")
+            bn, _, stages = attn.tile_shape(d, nw)
+            smem = attn.smem_bytes(d, bn, nw, stages)
+            fn = attn._function(attn.kernel_name(d, bn, nw, stages), smem)
+            local = fn.local_size_bytes
+            print(f"d{d} bn{bn} nw{nw} st{stages}: {fn.num_regs} regs, {smem} B smem, {local} B local")
             assert fn.local_size_bytes == 0 and smem <= 99 * 1024
         assert attn._function(f"paged_attn_combine_kernel<{d}>", 0).local_size_bytes == 0

@@ -33,36 +33,47 @@ def test_pick_splits_bounds():
         attn.pick_splits(0, 4, 10)
 
 
+def _slots(shape):
+    return H200_SLOTS if shape[1] == 1 else 264
+
+
+def _shape(nw):
+    return attn.tile_shape(256, nw, cc=90)
+
+
 def test_make_plan_decode_and_prefill():
-    slots = {1: H200_SLOTS, 4: 264}.__getitem__
-    dec = attn.make_plan(32, 32, 16, 4, 256, 1, 1101, slots, 32)
-    assert (dec.warps, dec.tile_n) == (1, 32) and dec.grid == (128, 1, dec.splits) and dec.splits > 1
-    assert dec.name == "paged_attn_kernel<256, 32, 1>"
-    pre = attn.make_plan(32 * 1024, 32, 16, 4, 256, 1024, 1024, slots, 32)
-    assert (pre.warps, pre.splits, pre.grid) == (4, 1, (128, 64, 1))
-    mixed = attn.make_plan(2 * 1024 + 32, 34, 16, 4, 256, 1024, 1101, slots, 32)
+    dec = attn.make_plan(32, 32, 16, 4, 256, 1, 1101, _slots, _shape)
+    assert (dec.warps, dec.tile_n, dec.stages) == (1, 16, 4) and dec.grid == (128, 1, dec.splits)
+    assert dec.splits > 1 and dec.name == "paged_attn_kernel<256, 16, 1, 4>"
+    pre = attn.make_plan(32 * 1024, 32, 16, 4, 256, 1024, 1024, _slots, _shape)
+    assert (pre.warps, pre.tile_n, pre.stages, pre.splits, pre.grid) == (4, 32, 2, 1, (128, 64, 1))
+    mixed = attn.make_plan(2 * 1024 + 32, 34, 16, 4, 256, 1024, 1101, _slots, _shape)
     assert (mixed.warps, mixed.grid[:2]) == (4, (136, 64))
-    spec = attn.make_plan(8, 4, 16, 4, 256, 2, 1101, slots, 32)  # 2 tokens x 4 heads still fit one warp
+    spec = attn.make_plan(8, 4, 16, 4, 256, 2, 1101, _slots, _shape)  # 2 tokens x 4 heads: one warp
     assert spec.warps == 1
-    forced = attn.make_plan(4, 4, 16, 4, 256, 1, 1101, slots, 32, splits=7)
+    forced = attn.make_plan(4, 4, 16, 4, 256, 1, 1101, _slots, _shape, splits=7)
     assert forced.splits == 7 and forced.grid[2] == 7
     with pytest.raises(ValueError, match="splits"):
-        attn.make_plan(4, 4, 16, 4, 256, 1, 1101, slots, 32, splits=attn.MAX_SPLITS + 1)
+        attn.make_plan(4, 4, 16, 4, 256, 1, 1101, _slots, _shape, splits=attn.MAX_SPLITS + 1)
 
 
 def test_workspace_cap_limits_splits():
-    slots = {1: 10_000, 4: 10_000}.__getitem__
-    plan = attn.make_plan(20_000, 1, 16, 4, 256, 20_000, 40_000, slots, 32)
+    plan = attn.make_plan(20_000, 1, 16, 4, 256, 20_000, 40_000, lambda s: 10_000, _shape)
     assert plan.splits * 20_000 * 16 * 257 * 4 <= attn.WORKSPACE_BYTES or plan.splits == 1
+
+
+def test_max_splits_mirrors_the_kernel():
+    text = (CUDA_DIR / attn.SRC).read_text()
+    assert f"#define PA_MAX_SPLITS {attn.MAX_SPLITS}" in text
 
 
 @pytest.mark.parametrize("cc", [80, 86, 90, 120])
 def test_tiles_fit_shared_memory(cc):
     for d in attn.HEAD_DIMS:
-        bn = attn.tile_n(d, cc)
-        assert bn % 16 == 0
         for nw in (1, 4):
-            assert attn.smem_bytes(d, bn, nw) <= 99 * 1024, (cc, d, bn, nw)
+            bn, w, stages = attn.tile_shape(d, nw, cc)
+            assert bn % 16 == 0 and w == nw and stages >= 2
+            assert attn.smem_bytes(d, bn, nw, stages) <= 99 * 1024, (cc, d, bn, nw, stages)
 
 
 def test_argument_errors_name_the_tensor():

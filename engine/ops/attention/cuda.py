@@ -7,7 +7,8 @@ bf16, optional output gate) for a mixed varlen batch of decodes and prefill chun
 Host-side choices, all from host ints so a call is capturable in a CUDA graph (no ``.item()``, no
 sync, every workspace from torch):
 - warps per CTA: 1 (16 packed rows) when ``max_query_len * G <= 16`` (decode), else 4 (64 rows);
-- KV tile BN: the ``PA_TILES`` row of the device's sm (64 keys at D <= 128, 32 at D = 256);
+- KV tile BN and pipeline depth: prefill the ``PA_TILES`` row of the device's sm (64 keys at
+  D <= 128, 32 at D = 256; two stages), decode the ``PA_DECODE`` row (four stages of 16 KiB);
 - KV splits: :func:`pick_splits`, a wave model over the grid's upper bound of work items and the
   longest sequence's tile count (``max_seq_len``), capped so the fp32 workspace stays <= 64 MiB.
 
@@ -31,7 +32,7 @@ from engine.ops.cuda.compile import as_i32, f32, i32, kernel, launch, ptr, requi
 SRC = "attention/paged_attention.cu"
 HEAD_DIMS = (64, 128, 256)
 BLOCK_SIZES = (16, 32, 64)
-MAX_SPLITS = 64
+MAX_SPLITS = 64  # PA_MAX_SPLITS in the .cu (the combine kernel's shared lse array)
 WORKSPACE_BYTES = 64 << 20  # fp32 split partials: O [splits, T, H, D] + lse
 LOG2E = 1.4426950408889634
 OP = "paged_attention"
@@ -44,25 +45,30 @@ class Plan:
     head_dim: int
     tile_n: int  # BN keys per KV tile
     warps: int  # NW: 16 packed (token, head) rows per warp
+    stages: int  # K/V tiles in the cp.async ring
     splits: int
     grid: tuple[int, int, int]  # (B * Hkv, query tiles upper bound, splits)
 
     @property
     def smem(self) -> int:
-        return smem_bytes(self.head_dim, self.tile_n, self.warps)
+        return smem_bytes(self.head_dim, self.tile_n, self.warps, self.stages)
 
     @property
     def name(self) -> str:
-        return f"paged_attn_kernel<{self.head_dim}, {self.tile_n}, {self.warps}>"
+        return kernel_name(self.head_dim, self.tile_n, self.warps, self.stages)
 
 
-def smem_bytes(head_dim: int, tile_n: int, warps: int) -> int:
-    """Dynamic shared memory of one CTA: the Q tile plus two stages of K and V."""
-    return (16 * warps + 4 * tile_n) * head_dim * 2
+def kernel_name(head_dim: int, tile_n: int, warps: int, stages: int) -> str:
+    return f"paged_attn_kernel<{head_dim}, {tile_n}, {warps}, {stages}>"
+
+
+def smem_bytes(head_dim: int, tile_n: int, warps: int, stages: int) -> int:
+    """Dynamic shared memory of one CTA: the Q tile plus ``stages`` tiles of K and of V."""
+    return (16 * warps + 2 * stages * tile_n) * head_dim * 2
 
 
 def tile_n(head_dim: int, cc: int | None = None) -> int:
-    """BN of the ``PA_TILES`` row of the newest sm not newer than the device."""
+    """Prefill BN: the ``PA_TILES`` row of the newest sm not newer than the device."""
     small, big = tuning_row(SRC, "PA_TILES", cc)
     return big if head_dim == 256 else small
 
@@ -70,6 +76,14 @@ def tile_n(head_dim: int, cc: int | None = None) -> int:
 def warps_for(max_query_len: int, group: int) -> int:
     """One warp (16 rows) when every sequence's rows fit in it, as in decode; else four."""
     return 1 if max_query_len * group <= 16 else 4
+
+
+def tile_shape(head_dim: int, warps: int, cc: int | None = None) -> tuple[int, int, int]:
+    """(BN, NW, stages) the .cu instantiates for this head dim and warp count on sm_``cc``."""
+    if warps == 1:
+        stages, kib = tuning_row(SRC, "PA_DECODE", cc)
+        return kib * 1024 // (4 * head_dim), 1, stages
+    return tile_n(head_dim, cc), warps, 2
 
 
 def pick_splits(items: int, kv_tiles: int, slots: int, max_splits: int = MAX_SPLITS) -> int:
@@ -95,19 +109,20 @@ def make_plan(
     max_query_len: int,
     max_seq_len: int,
     slots_for,
-    bn: int,
+    shape_for,
     splits: int | None = None,
 ) -> Plan:
-    """The launch for these host ints; ``slots_for(warps)`` gives resident CTAs on the device."""
+    """The launch for these host ints. ``shape_for(warps)`` gives (BN, NW, stages) and
+    ``slots_for(shape)`` the CTAs of that kernel resident on the device."""
     group = num_heads // num_kv_heads
-    nw = warps_for(max_query_len, group)
+    bn, nw, stages = shape = shape_for(warps_for(max_query_len, group))
     q_tiles = -(-max_query_len * group // (16 * nw))
     items = num_seqs * num_kv_heads * q_tiles
     if splits is None:
         cap = max(1, WORKSPACE_BYTES // max(1, num_tokens * num_heads * (head_dim + 1) * 4))
-        splits = pick_splits(items, -(-max_seq_len // bn), slots_for(nw), min(MAX_SPLITS, cap))
+        splits = pick_splits(items, -(-max_seq_len // bn), slots_for(shape), min(MAX_SPLITS, cap))
     require(1 <= splits <= MAX_SPLITS, f"{OP}: splits must be in [1, {MAX_SPLITS}], got {splits}")
-    return Plan(head_dim, bn, nw, splits, (num_seqs * num_kv_heads, q_tiles, splits))
+    return Plan(head_dim, bn, nw, stages, splits, (num_seqs * num_kv_heads, q_tiles, splits))
 
 
 @functools.cache
@@ -116,6 +131,18 @@ def _function(name: str, smem: int):
     if smem > 0:
         fn.max_dynamic_shared_size_bytes = smem  # > 48 KB needs the opt-in
     return fn
+
+
+def device_slots(device_index: int, head_dim: int):
+    """``slots_for`` of :func:`make_plan` on this device."""
+
+    def slots_for(shape: tuple[int, int, int]) -> int:
+        bn, nw, stages = shape
+        return _slots(
+            device_index, kernel_name(head_dim, bn, nw, stages), smem_bytes(head_dim, bn, nw, stages), 32 * nw
+        )
+
+    return slots_for
 
 
 @functools.cache
@@ -194,12 +221,14 @@ def paged_attention(
     *,
     gate=None,
     splits: int | None = None,
+    shape: tuple[int, int, int] | None = None,
 ):
     """Causal attention of ``q [T, H, D]`` over each sequence's paged KV -> ``[T, H, D]`` bf16.
 
     ``max_query_len`` / ``max_seq_len`` must bound every sequence's new tokens / cached length (they
     size the grid and the split count; a CUDA graph captured at a bound replays any batch within it).
-    ``splits`` forces the KV split count (tests and benches); None picks it from the device.
+    ``splits`` forces the KV split count and ``shape`` the (BN, NW, stages) instantiation (tests and
+    benches); None picks them from the device.
     """
     T, H, D, B, hkv, bs = _check_inputs(
         q, k_cache, v_cache, block_table, query_start_loc, seq_lens, num_computed, gate, float(scale)
@@ -210,17 +239,23 @@ def paged_attention(
     if T == 0 or B == 0:
         return out
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    bn = tile_n(D)
 
-    def slots_for(nw: int) -> int:
-        return _slots(dev, f"paged_attn_kernel<{D}, {bn}, {nw}>", smem_bytes(D, bn, nw), 32 * nw)
+    def shape_for(nw: int) -> tuple[int, int, int]:
+        return tile_shape(D, nw) if shape is None else shape
 
-    plan = make_plan(T, B, H, hkv, D, int(max_query_len), int(max_seq_len), slots_for, bn, splits)
+    plan = make_plan(
+        T, B, H, hkv, D, int(max_query_len), int(max_seq_len), device_slots(dev, D), shape_for, splits
+    )
     tiles = plan.grid[1]
     require(tiles <= 65535, f"{OP}: max_query_len {max_query_len} needs {tiles} query tiles (> 65535)")
     q = _rows16(q)
-    if gate is not None and gate.stride(2) != 1:
-        gate = gate.contiguous()
+    if gate is not None and not (
+        gate.stride(2) == 1
+        and gate.stride(1) % 4 == 0
+        and gate.stride(0) % 4 == 0
+        and gate.data_ptr() % 8 == 0
+    ):
+        gate = gate.contiguous()  # the epilogues load 2 / 4 gate values per access
     bt = as_i32(block_table)
     bt = bt if bt.stride(1) == 1 else bt.contiguous()
     qsl, sl, nc = (as_i32(t).contiguous() for t in (query_start_loc, seq_lens, num_computed))
