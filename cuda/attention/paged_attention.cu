@@ -55,12 +55,14 @@ PA_TILES(PA_ROW)
 #undef PA_ROW
 
 // Decode (1 warp, BM 16): (SM, K/V stages, KiB of K + V per stage); BN = KIB * 1024 / (4 D), so 16
-// keys at D = 256. Three tiles stay in flight while one is computed: a one-warp CTA's bytes in flight,
-// not its math, decide decode bandwidth (72 KB per CTA at D = 256: three CTAs per H200 SM).
+// keys at D = 256. Two tiles stay in flight while one is computed; 56 KB per CTA at D = 256 gives four
+// CTAs per H200 SM, and the wrapper sizes splits to one full wave of them. H200 sweep (b32 / b64 x
+// 1,101, docs/kernels.md): 3 stages 45.4 / 78.1 us, 4 stages (three CTAs per SM) 46.1 / 85.0 us,
+// 32-key tiles x 2 stages 48.1 / 90.0 us.
 #define PA_DECODE(X) \
-  X(80, 4, 16)       \
-  X(90, 4, 16)       \
-  X(120, 4, 16)
+  X(80, 3, 16)       \
+  X(90, 3, 16)       \
+  X(120, 3, 16)
 
 template <int SM>
 struct PaDecode;
@@ -191,6 +193,15 @@ __global__ void __launch_bounds__(NW * 32)
   }
   const int* bt_row = block_table + (size_t)b * bt_stride;
   const int bs_mask = (1 << log2_bs) - 1;
+  // A tile (BN keys, BN-aligned, bs >= 16 a power of two) spans at most BN / 16 table entries. They
+  // are prefetched into L1 one iteration before the tile's copies are issued, so each cp.async
+  // address waits on an L1 hit, not an L2 round trip. (Holding the ids in registers instead made
+  // the compiler turn the per-row select into an indexed local-memory array.)
+  auto prefetch_blocks = [&](int kt) {
+    const int j = tid;
+    if (j < BN / 16 && (j == 0 || (j << log2_bs) < BN) && kt * BN + (j << log2_bs) < kv_end)
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(bt_row + ((kt * BN) >> log2_bs) + j));
+  };
   auto load_kv = [&](int kt, int stage) {
     for (int r = r_ld; r < BN; r += R_STEP) {
       const int key = kt * BN + r;
@@ -237,18 +248,25 @@ __global__ void __launch_bounds__(NW * 32)
     if (p < n_my) load_kv(kt0 + p, p);
     cp_async_commit();
   }
+  prefetch_blocks(kt0 + STAGES - 1);
   for (int i = 0; i < n_my; ++i) {
     cp_async_wait<STAGES - 2>();  // this thread's copies of tile i (and Q) landed
     __syncthreads();              // everyone's did, and every warp is done with tile i - 1
     if (i + STAGES - 1 < n_my) load_kv(kt0 + i + STAGES - 1, (i + STAGES - 1) % STAGES);
     cp_async_commit();
+    prefetch_blocks(kt0 + i + STAGES);  // read by the next iteration's copies
     const int stage = i % STAGES, kt = kt0 + i;
     const int kv0 = kt * BN;
     if (active && kv0 < warp_hi) {
       const unsigned sk = s_k + stage * KV_BYTES, sv = s_v + stage * KV_BYTES;
-      float s[BN / 8][4];
+      // With only BN / 8 = 2 n tiles (BN 16) the D / 16 mma of each accumulator form one dependent
+      // chain; CH = 2 interleaves two partial sums (even / odd kk) and halves that latency.
+      constexpr int CH = BN <= 16 ? 2 : 1;
+      float s[BN / 8][4], s2[CH == 2 ? BN / 8 : 1][4];
 #pragma unroll
-      for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+      for (int j = 0; j < BN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int j = 0; j < (CH == 2 ? BN / 8 : 1); ++j) s2[j][0] = s2[j][1] = s2[j][2] = s2[j][3] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         unsigned a[4];
@@ -257,9 +275,16 @@ __global__ void __launch_bounds__(NW * 32)
         for (int np = 0; np < BN / 16; ++np) {
           unsigned bk[4];
           ldsm_x4(sk + k_off[kk & 3] + np * 16 * ROW + (kk >> 2) * 128, bk);
-          mma_bf16(s[2 * np], a, bk[0], bk[1]);
-          mma_bf16(s[2 * np + 1], a, bk[2], bk[3]);
+          float(*acc)[4] = (CH == 2 && (kk & 1)) ? s2 : s;
+          mma_bf16(acc[2 * np], a, bk[0], bk[1]);
+          mma_bf16(acc[2 * np + 1], a, bk[2], bk[3]);
         }
+      }
+      if constexpr (CH == 2) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[j][e] += s2[j][e];
       }
       if (kv0 + BN > warp_lo) {  // the tile crosses some row's causal / length limit
 #pragma unroll

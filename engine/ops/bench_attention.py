@@ -121,9 +121,9 @@ def sets(specs, nbytes: int, seed: int) -> list[Batch]:
     return [make_batch(specs, BS, HKV, H // HKV, D, seed=seed + i) for i in range(n)]
 
 
-DECODE_SHAPES = ((32, 1, 2), (16, 1, 3), (32, 1, 3), (64, 1, 2))  # (BN, NW, stages) beside the default
+DECODE_SHAPES = ((16, 1, 4), (32, 1, 2), (32, 1, 3))  # (BN, NW, stages) beside the default
 SPLIT_SWEEP = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-PREFILL_SHAPES = ((16, 4, 4), (16, 4, 3), (32, 4, 3), (32, 8, 2), (16, 8, 3))
+PREFILL_SHAPES = ((32, 8, 2), (16, 4, 3))
 
 
 def short(plan: attn.Plan) -> str:
