@@ -10,9 +10,9 @@
 // into one FMA), fp32 m / l per row, fp32 O accumulators in registers (D / 2 per thread).
 //   S = Q K^T : A = Q (ldmatrix from shared memory), B = K rows (ldmatrix, no transpose)
 //   O += P V  : A = P repacked from the S accumulators as bf16, B = V rows (ldmatrix .trans)
-// K/V tiles are double buffered with cp.async straight from the paged cache (each key row's block
-// looked up in block_table; rows past the keys a tile needs are zero filled, so a NaN in an unused
-// cache slot never reaches P V). Shared rows are XOR-swizzled in 16-byte chunks (chunk ^ row % 8),
+// K/V tiles stream through a STAGES-deep cp.async ring straight from the paged cache (each key row's
+// block looked up in block_table; rows past the keys a tile needs are zero filled, so a NaN in an
+// unused cache slot never reaches P V). The O rescale is skipped when no row's max moved. Shared rows are XOR-swizzled in 16-byte chunks (chunk ^ row % 8),
 // which makes every ldmatrix phase and every cp.async write bank-conflict free.
 //
 // Causality: token j of sequence b sits at num_computed[b] + j and sees keys < min(pos + 1,
@@ -37,7 +37,8 @@
 // Per-arch tile rows, parsed by engine/ops/attention/cuda.py (the wrapper instantiates exactly these).
 // Prefill (4 warps, BM 64, two K/V stages): (SM, BN for D <= 128, BN for D = 256). BN = 32 at D = 256
 // keeps the CTA (Q 32 KB + two K/V stages 64 KB) under sm_120's 99 KB; D <= 128 takes 64-key tiles
-// (80 KB at D = 128).
+// (80 KB at D = 128). H200, 32 x 1,024 at D = 256: this row 1.46 ms; 8 warps x 32 keys 1.58 ms, 4 warps
+// x 3 stages x 16 keys 1.75 ms. sm_80 / sm_120 rows are the sm_90 values, not measured there.
 #define PA_TILES(X) \
   X(80, 64, 32)     \
   X(90, 64, 32)     \
@@ -59,10 +60,12 @@ PA_TILES(PA_ROW)
 // CTAs per H200 SM, and the wrapper sizes splits to one full wave of them. H200 sweep (b32 / b64 x
 // 1,101, docs/kernels.md): 3 stages 45.4 / 78.1 us, 4 stages (three CTAs per SM) 46.1 / 85.0 us,
 // 32-key tiles x 2 stages 48.1 / 90.0 us.
+// sm_120 has 100 KB per SM, so it takes two stages (40 KB, two CTAs per SM) rather than one 56 KB CTA;
+// the sm_80 / sm_120 rows are not measured.
 #define PA_DECODE(X) \
   X(80, 3, 16)       \
   X(90, 3, 16)       \
-  X(120, 3, 16)
+  X(120, 2, 16)
 
 template <int SM>
 struct PaDecode;
