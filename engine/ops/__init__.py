@@ -41,10 +41,10 @@ apply_rope(q [T, H, D], k [T, Hkv, D], positions [T], rotary_dim, theta) -> (q, 
     Neox rotate-half over the first rotary_dim dims; cos/sin computed in fp32 then cast to q.dtype.
 write_kv(k [T, Hkv, D], v [T, Hkv, D], k_cache [NB, bs, Hkv, D], v_cache [NB, bs, Hkv, D], slot_mapping [T])
 paged_attention(q [T, H, D], k_cache, v_cache, block_table [B, M], query_start_loc [B+1], seq_lens [B],
-                num_computed [B], scale, max_query_len, max_seq_len) -> [T, H, D]
+                num_computed [B], scale, max_query_len, max_seq_len, *, gate=None) -> [T, H, D]
     Token j of sequence b sits at position num_computed[b] + j and attends causally to every cached
     position <= its own (the tokens of this step must already be written). GQA: head h uses kv head
-    h // (H // Hkv). Softmax in fp32.
+    h // (H // Hkv). Softmax in fp32. gate [T, H, D] (any row strides): out.to(q.dtype) * sigmoid(gate).
 add_rms_norm(x [N, D], residual [N, D] | None, weight [D], eps) -> (y [N, D], h [N, D])
     h = residual + x in x.dtype (h is x when residual is None); y = rms_norm(h, weight, eps).
 silu_mul(gu [N, 2I]) -> [N, I]

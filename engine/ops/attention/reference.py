@@ -71,11 +71,15 @@ def paged_attention(
     scale: float,
     max_query_len: int,
     max_seq_len: int,
+    *,
+    gate: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention of the flat queries ``q [T, H, D]`` over each sequence's paged KV.
 
     Query j of sequence b sits at ``num_computed[b] + j`` and sees key positions up to its own and
-    below ``seq_lens[b]``. Scores, mask and softmax are fp32; the output is cast to q.dtype.
+    below ``seq_lens[b]``. Scores, mask and softmax are fp32; the output is cast to q.dtype. With
+    ``gate [T, H, D]`` the result is ``out * sigmoid(gate)`` in q.dtype (the gated-attention output
+    gate, exactly as the model applied it after this op).
     """
     num_tokens, num_heads, head_dim = q.shape
     num_blocks, block_size, num_kv_heads, _ = k_cache.shape
@@ -119,4 +123,5 @@ def paged_attention(
         outs.append((probs @ vh).view(num_seqs, hk, group, max_query_len, head_dim))
     out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]  # [B, Hkv, G, Lq, D]
     out = out.permute(0, 3, 1, 2, 4).reshape(num_seqs, max_query_len, num_heads, head_dim)
-    return unpack(out, ix).to(q.dtype)  # [T, H, D]
+    out = unpack(out, ix).to(q.dtype)  # [T, H, D]
+    return out if gate is None else out * torch.sigmoid(gate)
