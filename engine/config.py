@@ -49,7 +49,13 @@ class CacheConfig:
     num_gpu_blocks_override: int = 0
     """KV blocks to allocate (0 = from free memory on GPU, from max_num_seqs x max_model_len on CPU)."""
     gpu_memory_utilization: float = 0.85
-    """Fraction of device memory the engine may use when sizing the KV pool."""
+    """Fraction of the device's memory the whole engine process may use (weights, pools, CUDA graphs,
+    step workspace, CUDA context); the KV pool gets what is left (as in vLLM)."""
+    kv_cache_memory: str = ""
+    """Fix the KV pool's size in bytes instead (e.g. 3GiB, 1.5G, 1073741824; vLLM's name)."""
+    device_memory_limit: str = ""
+    """Treat the device as having this much memory (e.g. 16GiB to run as on a 16 GB card): the
+    utilization applies to it and torch's allocator is capped there."""
 
 
 @dataclass(frozen=True)

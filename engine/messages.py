@@ -103,6 +103,8 @@ class ReadyInfo(_Wire):
     vocab_size: int
     eos_token_ids: list[int] = []
     device_name: str = ""
+    memory: dict[str, int] = {}
+    """The start-up device-memory split (engine/worker/memory.py ``MemorySplit``); empty on CPU."""
     error: str | None = None
     """Set instead of the rest being meaningful when the engine failed to start."""
 

@@ -59,6 +59,7 @@ def build_app(llm: EngineClient, server_config: ServerConfig | None = None) -> F
 
     config = server_config or ServerConfig()
     metrics = Metrics(llm.model_name, _device_name(llm))
+    metrics.set_memory_split(_memory_split(llm))
     state = ServerState(llm=llm, config=config, metrics=metrics, model_name=llm.model_name)
     state.idle.set()
 
@@ -98,3 +99,9 @@ def _device_name(llm: Any) -> str:
     if name is None:
         name = getattr(getattr(getattr(llm, "client", None), "ready_info", None), "device_name", None)
     return str(name or "unknown")
+
+
+def _memory_split(llm: Any) -> dict[str, int]:
+    info = getattr(getattr(llm, "client", None), "ready_info", None)
+    split = getattr(info, "memory", None)
+    return dict(split) if isinstance(split, dict) else {}

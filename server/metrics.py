@@ -66,6 +66,12 @@ class Metrics:
         self.mem_peak = Gauge("deltaserve_peak_device_memory_bytes", "Peak device memory.", registry=r)
         self.device_info = Gauge("deltaserve_device_info", "Device the engine runs on.", ["name"], registry=r)
         self.device_info.labels(name=device_name).set(1)
+        self.memory_split = Gauge(
+            "deltaserve_device_memory_split_bytes",
+            "Device memory at start-up by part (weights, kv_cache, state_pool, cuda_graphs, workspace, "
+            "non_torch, free, total, activation_peak); the first six add up to what is in use.",
+            ["part"], registry=r,
+        )  # fmt: skip
         self.prompt_tokens = Counter("deltaserve_prompt_tokens", "Prompt tokens processed.", registry=r)
         self.gen_tokens = Counter("deltaserve_generation_tokens", "Tokens generated.", registry=r)
         self.requests = Counter(
@@ -124,6 +130,10 @@ class Metrics:
         self._max_wave = max(self._max_wave, admitted)
         self.max_wave.set(self._max_wave)
         self.set_gauges(stats)
+
+    def set_memory_split(self, split: dict[str, int]) -> None:
+        for part, value in split.items():
+            self.memory_split.labels(part=part).set(value)
 
     def set_gauges(self, stats: Any) -> None:
         """Pool and queue gauges from a StepStats, or the dict the engine's "stats" utility returns."""

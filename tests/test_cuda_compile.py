@@ -22,6 +22,8 @@ HOT = (
     "conv_decode_kernel",
     "gdn_decode_kernel",
     "gdn_chunk_kernel",
+    "paged_attn_kernel",
+    "paged_attn_combine_kernel",
     "add_rms_norm_kernel",
     "silu_mul_kernel",
     "qk_norm_rope_kv_kernel",

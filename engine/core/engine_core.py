@@ -75,6 +75,7 @@ class EngineCore:
             vocab_size=getattr(r, "vocab_size", 0),
             eos_token_ids=self.eos_token_ids,
             device_name=str(getattr(r, "device_name", "")),
+            memory=r.memory.as_dict() if getattr(r, "memory", None) is not None else {},
         )
 
     # ---- inputs --------------------------------------------------------------------------------

@@ -30,7 +30,14 @@ class ModelFamily:
 
 
 def _qwen35_shapes(cfg: Qwen35Config, dtype: str) -> KernelShapes:
-    return KernelShapes(cfg.linear_conv_kernel_dim, cfg.linear_key_head_dim, cfg.linear_value_head_dim, dtype)
+    return KernelShapes(
+        cfg.linear_conv_kernel_dim,
+        cfg.linear_key_head_dim,
+        cfg.linear_value_head_dim,
+        dtype,
+        attention_head_dim=cfg.head_dim,
+        hidden_size=cfg.hidden_size,
+    )
 
 
 QWEN3_5 = ModelFamily(Qwen35Config.from_dict, Qwen35Model, tensor_schema, _qwen35_shapes)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 EVIDENCE = "docs/bench-evidence/2026-11-29-s2-gdn-kernels.md"
 FUSED_EVIDENCE = "docs/bench-evidence/2026-12-01-fused-elementwise.md"
+# The end-to-end A/B that made norm.fused, attention.qk_fused and attention.paged defaults.
+HOT_PATH_EVIDENCE = "docs/bench-evidence/2026-12-01-gpu-hot-path.md"
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,8 @@ class KernelShapes:
     key_head_dim: int
     value_head_dim: int
     dtype: str
+    attention_head_dim: int = 256
+    hidden_size: int = 2560
 
 
 def _any_shape(s: KernelShapes) -> str | None:
@@ -33,6 +37,27 @@ def _any_shape(s: KernelShapes) -> str | None:
 def _conv_width_4(s: KernelShapes) -> str | None:
     # K4 unrolls a width-4 conv; the unfused kernels take any width up to 8
     return None if s.conv_width == 4 else f"needs conv width 4, not {s.conv_width}"
+
+
+def _attention_head_dim(s: KernelShapes) -> str | None:
+    # cuda/attention/paged_attention.cu instantiates D = 64, 128, 256 (the tiny model's 32 is not built)
+    ok = s.attention_head_dim in (64, 128, 256)
+    return None if ok else f"is built for attention head dims 64/128/256, not {s.attention_head_dim}"
+
+
+def _pow2_eighths(n: int, most: int) -> bool:
+    return n % 8 == 0 and 0 < n // 8 <= most and (n // 8) & (n // 8 - 1) == 0
+
+
+def _norm_rows(s: KernelShapes) -> str | None:
+    # add_rms_norm takes rows of 8 x a power of two below 256 elements, any multiple of 8 above
+    ok = s.hidden_size % 8 == 0 and (s.hidden_size >= 256 or _pow2_eighths(s.hidden_size, 32))
+    return None if ok else f"takes hidden sizes of 8 x 2^k below 256 or multiples of 8, not {s.hidden_size}"
+
+
+def _qk_head_dim(s: KernelShapes) -> str | None:
+    ok = _pow2_eighths(s.attention_head_dim, 32)
+    return None if ok else f"takes head dims of 8 x 2^k up to 256, not {s.attention_head_dim}"
 
 
 @dataclass(frozen=True)
@@ -69,21 +94,32 @@ ARM_LIST = (
     ),
     # 26% faster conv prefill at kernel level, within the A/A noise end to end (run 3): off.
     Arm("conv.vec4", "causal_conv1d_prefill", "4 channels per thread in the conv prefill", False, EVIDENCE),
-    # bf16 kernels of cuda/norm/fused.cu: off until an end-to-end A/B (kernel and model-forward numbers
-    # only so far); without them the reference compositions run.
+    # bf16 kernels of cuda/norm/fused.cu (kernel and model-forward numbers in FUSED_EVIDENCE) and the
+    # tensor-core paged attention: together 4.35x W1 throughput end to end, every metric outside the
+    # A/A band (HOT_PATH_EVIDENCE). Without them the reference compositions run.
     Arm(
         "norm.fused",
         "add_rms_norm",
         "bf16 residual add + RMSNorm and SiLU-mul kernels (add_rms_norm, silu_mul)",
-        False,
-        FUSED_EVIDENCE,
+        True,
+        HOT_PATH_EVIDENCE,
+        _norm_rows,
     ),
     Arm(
         "attention.qk_fused",
         "qk_norm_rope_kv",
         "q/k RMSNorm, partial RoPE and the paged KV write in one bf16 kernel",
-        False,
-        FUSED_EVIDENCE,
+        True,
+        HOT_PATH_EVIDENCE,
+        _qk_head_dim,
+    ),
+    Arm(
+        "attention.paged",
+        "paged_attention",
+        "paged causal attention on tensor cores, one launch per mixed batch, split-KV decode, gate fused",
+        True,
+        HOT_PATH_EVIDENCE,
+        _attention_head_dim,
     ),
 )
 ARMS: dict[str, Arm] = {a.name: a for a in ARM_LIST}
@@ -115,6 +151,10 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
             fused |= {"add_rms_norm": fused_cuda.add_rms_norm, "silu_mul": fused_cuda.silu_mul}
         if "attention.qk_fused" in arms:
             fused["qk_norm_rope_kv"] = fused_cuda.qk_norm_rope_kv
+    if "attention.paged" in arms:
+        from engine.ops.attention import cuda as attention
+
+        fused["paged_attention"] = attention.paged_attention
     if "prefill.tensorcore" in arms:
         prefill: Callable = functools.partial(chunk.chunk_gated_delta_rule, arms=arms)
     else:
@@ -140,6 +180,14 @@ def usable_arms(arms: frozenset[str], shapes: KernelShapes) -> tuple[frozenset[s
         else:
             notes.append(f"kernel arm {name} {why}: running without it")
     return frozenset(keep), notes
+
+
+def pads_attention(paged_attention: Callable) -> bool:
+    """Whether this attention op materialises every row's KV up to the padded length (the torch
+    reference does; the paged kernel reads the block table in place), which bounds graph buckets."""
+    from engine.ops.attention import reference
+
+    return paged_attention is reference.paged_attention
 
 
 def unsupported_reason(shapes: KernelShapes) -> str | None:

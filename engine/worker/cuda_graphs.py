@@ -21,13 +21,15 @@ import torch
 from engine.model.cache import ModelCache
 from engine.model.forward_batch import ForwardBatch
 from engine.model.qwen3_5.model import Qwen35Model
+from engine.ops.arms import pads_attention
 from engine.worker.step import ScheduledSeq
 
 log = logging.getLogger(__name__)
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
-# The reference attention materialises every row's KV up to the bucket length, so graphs are only
-# used while B x N x block_size stays under this many token positions (eager above it).
+# The reference attention materialises every row's KV up to the bucket length, so with it graphs are
+# only used while B x N x block_size stays under this many token positions (eager above it); the paged
+# attention kernel (arm attention.paged) reads the block table in place and needs no such bound.
 MAX_GRAPH_KV_TOKENS = 1 << 17
 
 
@@ -45,7 +47,11 @@ def block_buckets(max_blocks: int) -> tuple[int, ...]:
 
 
 def graph_bucket(
-    seqs: Sequence[ScheduledSeq], batches: Sequence[int], blocks: Sequence[int], block_size: int
+    seqs: Sequence[ScheduledSeq],
+    batches: Sequence[int],
+    blocks: Sequence[int],
+    block_size: int,
+    max_kv_tokens: int | None = MAX_GRAPH_KV_TOKENS,
 ) -> tuple[int, int] | None:
     """The (batch, blocks) bucket for a decode-only step, or None when it must run eagerly: a prefill
     in the batch, a sequence without sampling, or a bucket beyond the graphs' KV budget."""
@@ -53,7 +59,7 @@ def graph_bucket(
         return None
     b = _bucket(len(seqs), batches)
     n = _bucket(max(len(s.block_ids) for s in seqs), blocks)
-    if b is None or n is None or b * n * block_size > MAX_GRAPH_KV_TOKENS:
+    if b is None or n is None or (max_kv_tokens is not None and b * n * block_size > max_kv_tokens):
         return None
     return b, n
 
@@ -73,9 +79,15 @@ class DecodeGraphs:
         self.block_buckets = block_buckets(max_blocks)
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[tuple[int, int], _Graph] = {}
+        # One logits buffer for every graph (a replay's rows are sampled before the next replay), so
+        # each captured bucket does not keep a [B, vocab] fp32 output of its own.
+        vocab = model.cfg.vocab_size
+        self.logits = torch.empty((self.batch_buckets[-1], vocab), dtype=torch.float32, device=self._device())
+        self.reserved_bytes = 0  # torch memory reserved by the captures so far (the graph pool)
+        self.max_kv_tokens = MAX_GRAPH_KV_TOKENS if pads_attention(model.ops.paged_attention) else None
 
     def bucket(self, seqs: Sequence[ScheduledSeq]) -> tuple[int, int] | None:
-        return graph_bucket(seqs, self.batch_buckets, self.block_buckets, self.block_size)
+        return graph_bucket(seqs, self.batch_buckets, self.block_buckets, self.block_size, self.max_kv_tokens)
 
     def run(self, seqs: Sequence[ScheduledSeq], key: tuple[int, int]) -> torch.Tensor:
         """Logits ``[len(seqs), vocab]`` from the graph of bucket ``key``."""
@@ -102,8 +114,20 @@ class DecodeGraphs:
         g.graph.replay()
         return g.logits[:b]
 
+    def capture_largest(self) -> None:
+        """Capture the biggest bucket now (most sequences, longest block table), so the graph pool's
+        size is known at start-up; the other buckets are captured on first use into the same pool."""
+        key = (self.batch_buckets[-1], self.block_buckets[-1])
+        if self.max_kv_tokens is not None and key[0] * key[1] * self.block_size > self.max_kv_tokens:
+            key = (self.batch_buckets[-1], self.block_buckets[0])
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(*key)
+
+    def _device(self) -> torch.device:
+        return self.cache.k_cache[0].device if self.cache.k_cache else self.cache.conv_state[0].device
+
     def _static_batch(self, batch: int, blocks: int) -> ForwardBatch:
-        dev = self.cache.k_cache[0].device if self.cache.k_cache else self.cache.conv_state[0].device
+        dev = self._device()
 
         def zeros(*shape: int, dtype: torch.dtype) -> torch.Tensor:
             return torch.zeros(shape, dtype=dtype, device=dev)
@@ -139,7 +163,10 @@ class DecodeGraphs:
                 self.model(fb, self.cache)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
+        reserved = torch.cuda.memory_reserved(fb.input_ids.device)
+        out = self.logits[:batch]
         with torch.cuda.graph(graph, pool=self.pool):
-            logits = self.model(fb, self.cache)
+            out.copy_(self.model(fb, self.cache))
+        self.reserved_bytes += torch.cuda.memory_reserved(fb.input_ids.device) - reserved
         log.debug("captured decode graph: batch %d, %d KV blocks", batch, blocks)
-        return _Graph(graph, fb, logits)
+        return _Graph(graph, fb, out)

@@ -1,9 +1,11 @@
 """ModelRunner: owns the model, the memory pools and the sampler; runs one scheduled step.
 
 ``execute(batch) -> logits`` is the model call; ``execute_model(seqs)`` builds the ForwardBatch
-on the host (no device sync), runs it and samples on device. Pool sizes are decided here, once:
-state slots = ``max_num_seqs + 1`` (slot 0 reserved), KV blocks from the override or from free
-device memory measured after a warm-up forward at the full token budget.
+on the host (no device sync), runs it and samples on device. Pool sizes are decided here, once
+(engine/worker/memory.py says how the device budget is spent and accounted): state slots =
+``max_num_seqs + 1`` (slot 0 reserved) or as many as the budget holds, KV blocks from the override,
+from ``--kv-cache-memory`` or from what the budget leaves after a profile forward at the full token
+budget and the largest decode graph.
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ from engine.model.cache import ModelCache, kv_bytes_per_block, state_bytes_per_s
 from engine.model.forward_batch import ForwardBatch, SeqSpec
 from engine.model.loader import build_model
 from engine.ops import make_ops
-from engine.worker.cuda_graphs import MAX_GRAPH_KV_TOKENS, DecodeGraphs
+from engine.worker.cuda_graphs import DecodeGraphs
+from engine.worker.memory import (
+    MemorySplit,
+    gib,
+    kv_budget_blocks,
+    measure_split,
+    parse_bytes,
+    state_slots_that_fit,
+)
 from engine.worker.resolve import resolve_model
 from engine.worker.sampler import Sampler
 from engine.worker.step import SamplerOutput, ScheduledSeq
@@ -55,16 +65,27 @@ class ModelRunner:
         self.ops = make_ops(mc.gdn_backend, frozenset(mc.kernel_arms))
         self.model = build_model(mc.model, self.ops, self.dtype, self.device, mc.load_format, mc.seed)
         cfg = self.model.cfg
+        self.cache_spec = self.model.cache_spec()
         self.vocab_size = cfg.vocab_size
         self.eos_token_ids = read_eos_ids(Path(mc.model), cfg.eos_token_ids)
         self.max_model_len = mc.max_model_len or min(cfg.max_position_embeddings, 32768)
         self.block_size = config.cache.block_size
         sc = config.scheduler
-        self.num_state_slots = sc.max_num_seqs + 1
+        self._limit_text = config.cache.device_memory_limit
+        self._activation_peak = 0
         self.device_name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
         self._peak = 0
-        self.cache_spec = self.model.cache_spec()
-        self.num_kv_blocks = self._size_kv_pool(config)
+        self.memory: MemorySplit | None = None
+        self.graphs: DecodeGraphs | None = None
+        use_graphs = self.device.type == "cuda" and not mc.enforce_eager
+        max_blocks = math.ceil(self.max_model_len / self.block_size)
+        if self.device.type == "cuda":
+            self.num_state_slots, self.num_kv_blocks = self._plan_cuda(config, use_graphs, max_blocks)
+        else:
+            self.num_state_slots = sc.max_num_seqs + 1
+            per_seq = math.ceil(min(self.max_model_len, 8192) / self.block_size)
+            self.num_kv_blocks = config.cache.num_gpu_blocks_override or sc.max_num_seqs * per_seq
+            self.num_kv_blocks += 1  # + the reserved null block
         self.cache = ModelCache.allocate(
             self.cache_spec,
             self.num_kv_blocks,
@@ -74,11 +95,14 @@ class ModelRunner:
             self.device,
         )
         self.sampler = Sampler(self.device, mc.seed)
-        self.graphs: DecodeGraphs | None = None
-        if self.device.type == "cuda" and not mc.enforce_eager:
-            max_blocks = math.ceil(self.max_model_len / self.block_size)
-            self.graphs = DecodeGraphs(self.model, self.cache, sc.max_num_seqs, max_blocks)
+        if use_graphs:
+            self.graphs = DecodeGraphs(self.model, self.cache, self.num_state_slots - 1, max_blocks)
+            self.graphs.capture_largest()
         kv_tokens = (self.num_kv_blocks - 1) * self.block_size
+        if kv_tokens < self.max_model_len:
+            # A request longer than the pool could never finish: refuse it at admission instead.
+            log.warning("max_model_len %d capped to the KV pool's %d tokens", self.max_model_len, kv_tokens)
+            self.max_model_len = kv_tokens
         log.info(
             "capacity: %d concurrent requests (GDN state slots, %.1f MiB), %d KV tokens in %d blocks of %d "
             "(%.1f MiB; %.1f requests at the full max_model_len %d)",
@@ -91,42 +115,117 @@ class ModelRunner:
             kv_tokens / self.max_model_len,
             self.max_model_len,
         )
+        if self.device.type == "cuda":
+            self.memory = self._measure(self._activation_peak)
+            log.info("%s", self.memory.log_line())
 
-    def _size_kv_pool(self, config: EngineConfig) -> int:
-        cs, bs = self.cache_spec, self.block_size
-        if config.cache.num_gpu_blocks_override:
-            return config.cache.num_gpu_blocks_override + 1  # + the reserved null block
-        if self.device.type != "cuda":
-            per_seq = math.ceil(min(self.max_model_len, 8192) / bs)
-            return config.scheduler.max_num_seqs * per_seq + 1
-        # Warm up at the full token budget with a minimal pool to measure activation memory.
-        budget = config.scheduler.max_num_batched_tokens
-        probe_blocks = math.ceil(budget / bs) + 1
-        self.cache = ModelCache.allocate(cs, probe_blocks, bs, 2, self.dtype, self.device)
+    def _device_total(self, config: EngineConfig) -> int:
+        """The device's memory, or --device-memory-limit (torch's allocator is then capped there)."""
+        total = torch.cuda.mem_get_info(self.device)[1]
+        limit = parse_bytes(config.cache.device_memory_limit, "--device-memory-limit")
+        if not limit or limit >= total:
+            return total
+        # what lies outside torch's allocator (the CUDA context) counts against the limit too
+        outside = total - torch.cuda.mem_get_info(self.device)[0] - torch.cuda.memory_reserved(self.device)
+        cap = (limit * config.cache.gpu_memory_utilization - outside) / total
+        torch.cuda.set_per_process_memory_fraction(max(cap, 0.01), self.device)
+        return limit
+
+    def _used(self) -> int:
+        free, total = torch.cuda.mem_get_info(self.device)
+        return total - free
+
+    def _plan_cuda(self, config: EngineConfig, use_graphs: bool, max_blocks: int) -> tuple[int, int]:
+        """(state slots, KV blocks), both with their reserved index 0, under the memory budget."""
+        bs, sc, cc = self.block_size, config.scheduler, config.cache
+        total = self._device_total(config)
+        budget = int(total * cc.gpu_memory_utilization)
+        # Profile forward at the full token budget on a minimal pool: the step workspace.
+        tokens = sc.max_num_batched_tokens
+        probe_blocks = math.ceil(tokens / bs) + 1
+        self.cache = ModelCache.allocate(self.cache_spec, probe_blocks, bs, 2, self.dtype, self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         spec = SeqSpec(
-            token_ids=[0] * budget, num_computed=0, block_ids=list(range(1, probe_blocks)), state_slot=1
+            token_ids=[0] * tokens, num_computed=0, block_ids=list(range(1, probe_blocks)), state_slot=1
         )
         self.execute(ForwardBatch.build([spec], bs, self.device))
         torch.cuda.synchronize(self.device)
-        activation = torch.cuda.max_memory_allocated(self.device) - torch.cuda.memory_allocated(self.device)
+        self._activation_peak = torch.cuda.max_memory_allocated(self.device) - torch.cuda.memory_allocated(
+            self.device
+        )
+        graph_bytes = 0
+        if use_graphs:  # the largest decode graph on the probe pool measures the graph pool
+            probe = DecodeGraphs(self.model, self.cache, sc.max_num_seqs, max_blocks)
+            probe.capture_largest()
+            graph_bytes = probe.reserved_bytes + probe.logits.numel() * 4
+            del probe
         del self.cache
         torch.cuda.empty_cache()
-        free, total = torch.cuda.mem_get_info(self.device)
-        allowed = total * config.cache.gpu_memory_utilization - (total - free)
-        states = self.num_state_slots * state_bytes_per_slot(self.cache_spec, self.dtype)
-        # Decode graphs keep their own pool: the padded KV of the largest graph bucket, bf16 + fp32.
-        graphs = (
-            0 if config.model.enforce_eager else MAX_GRAPH_KV_TOKENS * 2 * math.prod(cs.kv_token_shape) * 6
-        )
-        avail = allowed - states - activation * 1.2 - graphs
-        blocks = int(avail // kv_bytes_per_block(cs, bs, self.dtype))
-        if blocks < 2:
+        used = self._used()
+        slot_bytes = state_bytes_per_slot(self.cache_spec, self.dtype)
+        block_bytes = kv_bytes_per_block(self.cache_spec, bs, self.dtype)
+        fixed_kv = cc.num_gpu_blocks_override * block_bytes
+        kv_memory = parse_bytes(cc.kv_cache_memory, "--kv-cache-memory")
+        if kv_memory:
+            fixed_kv = max(kv_memory // block_bytes, 1) * block_bytes
+        # Slots come first (each running request needs one), keeping room for at least one request of
+        # the full context in the KV pool when its size is not fixed.
+        kv_floor = fixed_kv or math.ceil(self.max_model_len / bs) * block_bytes
+        pending = int(self._activation_peak * 1.1) + graph_bytes
+        room = budget - used - pending - kv_floor - slot_bytes  # slot 0 is allocated too
+        slots = state_slots_that_fit(wanted=sc.max_num_seqs, slot_bytes=slot_bytes, room=room)
+        if slots < 1:
             raise RuntimeError(
-                f"not enough device memory for the KV cache: {avail / 2**30:.2f} GiB left after weights, "
-                f"{states / 2**30:.2f} GiB of GDN state and {activation / 2**30:.2f} GiB of activations"
+                f"not enough device memory: the budget {gib(budget)} ({cc.gpu_memory_utilization:.2f} of "
+                f"{gib(total)}) holds {gib(used)} in use, {gib(pending)} of step workspace and graphs and "
+                f"{gib(kv_floor)} of KV, leaving no room for a {gib(slot_bytes)} GDN state slot"
             )
-        return blocks
+        if slots < sc.max_num_seqs:
+            log.warning(
+                "GDN state slots: %d of --max-num-seqs %d fit the memory budget", slots, sc.max_num_seqs
+            )
+        if fixed_kv:
+            blocks = fixed_kv // block_bytes
+        else:
+            blocks = kv_budget_blocks(
+                budget=budget,
+                device_used=used + (slots + 1) * slot_bytes + graph_bytes,
+                activation_peak=self._activation_peak,
+                workspace_cached=0,
+                block_bytes=block_bytes,
+            )
+        if blocks < 1:
+            raise RuntimeError(f"not enough device memory for the KV cache under the budget {gib(budget)}")
+        return slots + 1, blocks + 1
+
+    def _measure(self, activation_peak: int) -> MemorySplit:
+        torch.cuda.synchronize(self.device)
+        seen: set[int] = set()
+        weights = 0
+        for t in self.model.parameters():
+            if id(t) not in seen:
+                seen.add(id(t))
+                weights += t.numel() * t.element_size()
+        c = self.cache
+        kv = sum(t.numel() * t.element_size() for t in c.k_cache + c.v_cache)
+        state = sum(t.numel() * t.element_size() for t in c.conv_state + c.ssm_state)
+        graphs = self.graphs.reserved_bytes + self.graphs.logits.numel() * 4 if self.graphs else 0
+        total = self._device_total_now()
+        return measure_split(
+            weights=weights,
+            kv_cache=kv,
+            state_pool=state,
+            cuda_graphs=graphs,
+            activation_peak=activation_peak,
+            torch_reserved=torch.cuda.memory_reserved(self.device),
+            device_used=self._used(),
+            total=total,
+        )
+
+    def _device_total_now(self) -> int:
+        total = torch.cuda.mem_get_info(self.device)[1]
+        limit = parse_bytes(self._limit_text, "--device-memory-limit")
+        return min(total, limit) if limit else total
 
     def execute(self, batch: ForwardBatch) -> torch.Tensor:
         """Logits ``[len(batch.logits_indices), vocab]`` in fp32."""

@@ -42,6 +42,12 @@ def test_fused_decode_dropped_for_conv_widths_it_cannot_run():
     arms, notes = usable_arms(DEFAULT_ARMS, width3)
     assert arms == DEFAULT_ARMS - {"decode.fused"} and len(notes) == 1 and "width 4" in notes[0]
     assert usable_arms(frozenset({"conv.chunk8"}), width3) == (frozenset({"conv.chunk8"}), [])
+    # the tiny model (attention head dim 32, hidden 64) keeps the reference attention and norms
+    tiny = KernelShapes(4, 128, 128, "bfloat16", attention_head_dim=32, hidden_size=48)
+    arms, notes = usable_arms(DEFAULT_ARMS, tiny)
+    assert arms == DEFAULT_ARMS - {"attention.paged", "norm.fused"}
+    assert any("attention.paged" in n and "32" in n for n in notes)
+    assert any("norm.fused" in n and "48" in n for n in notes)
 
 
 def test_arm_registry_entries_are_complete():
@@ -50,7 +56,15 @@ def test_arm_registry_entries_are_complete():
 
     root = Path(__file__).resolve().parents[2]
     assert len(ARMS) == len(ARM_LIST)  # no name registered twice
-    assert DEFAULT_ARMS == {"conv.chunk8", "conv.k4", "decode.fused", "prefill.tensorcore"}
+    assert DEFAULT_ARMS == {
+        "conv.chunk8",
+        "conv.k4",
+        "decode.fused",
+        "prefill.tensorcore",
+        "norm.fused",
+        "attention.qk_fused",
+        "attention.paged",
+    }
     for arm in ARM_LIST:
         assert arm.op in (*OP_NAMES, "gdn_decode"), arm
         assert (root / arm.evidence).is_file(), arm

@@ -114,18 +114,21 @@ def test_op_table_carries_the_fused_ops():
 
 
 def test_cuda_table_uses_the_kernels_only_under_their_arms():
-    from engine.ops.arms import ARMS, DEFAULT_ARMS, cuda_overrides
+    from engine.ops.arms import ARMS, cuda_overrides
+    from engine.ops.attention import cuda as attention
     from engine.ops.norm import fused_cuda
 
-    assert {"norm.fused", "attention.qk_fused"} <= set(ARMS)
-    assert not {"norm.fused", "attention.qk_fused"} & DEFAULT_ARMS
-    off = cuda_overrides(DEFAULT_ARMS)
-    assert not {"add_rms_norm", "silu_mul", "qk_norm_rope_kv"} & set(off)
-    norm_on = cuda_overrides(DEFAULT_ARMS | {"norm.fused"})
+    assert {"norm.fused", "attention.qk_fused", "attention.paged"} <= set(ARMS)
+    base = frozenset({"conv.chunk8", "conv.k4", "decode.fused", "prefill.tensorcore"})
+    off = cuda_overrides(base)
+    assert not {"add_rms_norm", "silu_mul", "qk_norm_rope_kv", "paged_attention"} & set(off)
+    norm_on = cuda_overrides(base | {"norm.fused"})
     assert norm_on["add_rms_norm"] is fused_cuda.add_rms_norm and norm_on["silu_mul"] is fused_cuda.silu_mul
     assert "qk_norm_rope_kv" not in norm_on
     qk_on = cuda_overrides(frozenset({"attention.qk_fused"}))
     assert qk_on["qk_norm_rope_kv"] is fused_cuda.qk_norm_rope_kv and "add_rms_norm" not in qk_on
+    paged_on = cuda_overrides(frozenset({"attention.paged"}))
+    assert paged_on["paged_attention"] is attention.paged_attention and "qk_norm_rope_kv" not in paged_on
 
 
 @pytest.mark.parametrize("d", [64, 256, 2560, 4096, 5120])

@@ -225,6 +225,6 @@ class GatedAttention(nn.Module):
             self.scale,
             fb.max_query_len,
             fb.max_seq_len,
-        )  # [T, H, D]
-        o = o * torch.sigmoid(gate)
+            gate=gate,
+        )  # [T, H, D], already multiplied by sigmoid(gate)
         return F.linear(o.reshape(t, h * d), self.o_proj)

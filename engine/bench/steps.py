@@ -1,0 +1,127 @@
+"""The three step kinds at W1 shapes, timed and attributed by op family (issue 10's step targets).
+
+    python -m engine.bench.steps --model DIR --load-format dummy [--kernel-arms ...]
+
+Steps, each through ``ModelRunner.execute_model`` (host batch build, forward, sampling), so decode-only
+steps replay their CUDA graph as in serving:
+- prefill: 2 sequences x 1,024 new tokens;
+- mixed: 32 decodes at ~1,100 tokens of context + 2,016 prefill tokens (one 1,024 prompt + a 992 chunk);
+- decode at batch 1, 8, 32 and 64, ~1,100 tokens of context.
+Reported per kind: wall time (median over repetitions, the sampler's host copy synchronises), device
+time (the sum of kernel durations in one profiled repetition), host time = wall - device, and device
+time by op family (GEMMs, attention, GDN, norms and elementwise, sampling/other). KV and state contents
+are whatever the pools hold (zeros): the shapes, not the values, decide the time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from engine.sampling_params import SamplingParams
+from engine.worker.model_runner import ModelRunner
+from engine.worker.step import ScheduledSeq
+
+CTX = 1100
+FAMILIES = (
+    ("attention", ("paged_attn",)),
+    ("gdn", ("gdn_", "conv_prefill", "conv_decode", "conv_state", "chunk")),
+    ("norm/elementwise", ("rms_norm", "silu_mul", "qk_norm", "elementwise", "vectorized", "reduce", "cat")),
+    ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "sm90", "sm80")),
+)
+
+
+def family(kernel: str) -> str:
+    k = kernel.lower()
+    for name, keys in FAMILIES:
+        if any(key in k for key in keys):
+            return name
+    return "sampling/other"
+
+
+class Steps:
+    def __init__(self, runner: ModelRunner, rng: np.random.Generator):
+        self.r, self.rng = runner, rng
+        self.bs = runner.block_size
+        self.per_seq = math.ceil((CTX + 1100) / self.bs)
+        self.greedy = SamplingParams(temperature=0.0)
+
+    def seq(self, i: int, new: int, computed: int) -> ScheduledSeq:
+        toks = self.rng.integers(0, self.r.vocab_size - 1, size=new).tolist()
+        table = list(range(1 + i * self.per_seq, 1 + (i + 1) * self.per_seq))
+        return ScheduledSeq(
+            token_ids=toks, num_computed=computed, block_ids=table, state_slot=i + 1, request_id=str(i),
+            params=self.greedy, num_output=1,
+        )  # fmt: skip
+
+    def kinds(self) -> dict[str, list[ScheduledSeq]]:
+        out = {
+            "prefill 2 x 1024": [self.seq(i, 1024, 0) for i in range(2)],
+            "mixed 32 dec + 2016": [self.seq(i, 1, CTX) for i in range(32)]
+            + [self.seq(32, 1024, 0), self.seq(33, 992, 32)],
+        }
+        for b in (1, 8, 32, 64):
+            if b < self.r.num_state_slots:
+                out[f"decode b{b}"] = [self.seq(i, 1, CTX) for i in range(b)]
+        return out
+
+
+def profile_once(runner: ModelRunner, seqs: list[ScheduledSeq]) -> dict[str, float]:
+    """Device microseconds by op family for one step."""
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        runner.execute_model(seqs)
+        torch.cuda.synchronize()
+    fam: dict[str, float] = defaultdict(float)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            fam[family(ev.name)] += ev.device_time
+    return dict(fam)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--load-format", default="auto")
+    ap.add_argument("--kernel-arms", nargs="*", default=[])
+    ap.add_argument("--reps", type=int, default=10)
+    a = ap.parse_args(argv)
+    mc = ModelConfig(model=a.model, load_format=a.load_format, kernel_arms=tuple(a.kernel_arms))
+    per_seq = math.ceil((CTX + 1100) / 32)
+    cfg = EngineConfig(
+        model=mc,
+        cache=CacheConfig(num_gpu_blocks_override=65 * per_seq),
+        scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=2048),
+    )
+    runner = ModelRunner(cfg)
+    steps = Steps(runner, np.random.default_rng(0))
+    rows = []
+    for name, seqs in steps.kinds().items():
+        for _ in range(3):
+            runner.execute_model(seqs)
+        walls = []
+        for _ in range(a.reps):
+            t0 = time.perf_counter()
+            runner.execute_model(seqs)
+            walls.append((time.perf_counter() - t0) * 1e3)
+        fam = profile_once(runner, seqs)
+        device = sum(fam.values()) / 1e3
+        wall = statistics.median(walls)
+        rows.append((name, wall, device, fam))
+    print(f"arms: {' '.join(a.kernel_arms) or 'defaults'}; device {runner.device_name}")
+    names = [f for f, _ in FAMILIES] + ["sampling/other"]
+    print(f"{'step':<22}{'wall ms':>9}{'device':>9}{'host':>8}" + "".join(f"{n[:10]:>12}" for n in names))
+    for name, wall, device, fam in rows:
+        cols = "".join(f"{fam.get(n, 0.0) / 1e3:>12.2f}" for n in names)
+        print(f"{name:<22}{wall:>9.2f}{device:>9.2f}{wall - device:>8.2f}{cols}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Device-memory budget and accounting for the model runner (CUDA only).
+
+The runner sizes its pools in this order: weights are loaded, the GDN state pool is allocated, one
+profile forward runs at the full token budget (its activation peak is measured and its blocks stay in
+torch's cache as the step workspace), the largest decode graph is captured, and only then is the KV
+pool sized from what is left under the budget (or fixed by ``--num-gpu-blocks-override`` /
+``--kv-cache-memory``). :class:`MemorySplit` is the resulting account: every byte that
+``cudaMemGetInfo`` reports in use lands in exactly one part.
+
+Budget: ``--gpu-memory-utilization`` is a fraction of the whole device for the whole process (weights,
+pools, graphs, workspace, CUDA context), as in vLLM. ``--device-memory-limit`` makes the device look
+smaller (a 16 GiB card on an H200): the fraction applies to the limit, and torch's allocator is capped
+there too so the process fails at start-up rather than using memory a real 16 GiB card does not have.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1 << 20,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1 << 30,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(text: str, what: str) -> int:
+    """``"3GiB"``, ``"16G"``, ``"512MiB"`` or a plain byte count -> bytes; ``""`` -> 0 (unset)."""
+    if not text:
+        return 0
+    m = _SIZE.match(text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _UNITS:
+        raise ValueError(f"{what}: expected a size such as 3GiB, 16G or 1073741824, got {text!r}")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+@dataclass(frozen=True)
+class MemorySplit:
+    """Where the device memory in use went, in bytes, measured once the pools and graphs exist."""
+
+    weights: int
+    """Model parameters (tied embedding counted once)."""
+    kv_cache: int
+    """Paged K and V for every full-attention layer."""
+    state_pool: int
+    """GDN conv + recurrent state slots for every GDN layer."""
+    cuda_graphs: int
+    """torch memory reserved while capturing decode graphs at start-up."""
+    workspace: int
+    """torch's cached blocks: the step activations at the full token budget and allocator slack."""
+    non_torch: int
+    """Outside torch's allocator: CUDA context, kernel modules (CuPy/NVRTC, cuBLAS), driver pools."""
+    free: int
+    """Free on the device (or under --device-memory-limit)."""
+    total: int
+    """The device's memory, or --device-memory-limit."""
+    activation_peak: int = 0
+    """The profile step's peak of transient tensors (part of ``workspace``), for reference."""
+
+    @property
+    def used(self) -> int:
+        return (
+            self.weights
+            + self.kv_cache
+            + self.state_pool
+            + self.cuda_graphs
+            + self.workspace
+            + self.non_torch
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def log_line(self) -> str:
+        parts = ("weights", "kv_cache", "state_pool", "cuda_graphs", "workspace", "non_torch")
+        body = ", ".join(f"{p} {gib(getattr(self, p))}" for p in parts)
+        return (
+            f"device memory: {body}; in use {gib(self.used)} of {gib(self.total)}, free {gib(self.free)} "
+            f"(activation peak at the full token budget {gib(self.activation_peak)})"
+        )
+
+
+def measure_split(
+    *,
+    weights: int,
+    kv_cache: int,
+    state_pool: int,
+    cuda_graphs: int,
+    activation_peak: int,
+    torch_reserved: int,
+    device_used: int,
+    total: int,
+) -> MemorySplit:
+    """Split ``device_used`` (cudaMemGetInfo) into parts. The tensors' sizes are exact; torch's reserved
+    memory beyond the tensors and the graphs is its cached workspace; what lies outside torch's
+    reservations is the context and the other libraries' memory."""
+    tensors = weights + kv_cache + state_pool
+    workspace = max(0, torch_reserved - tensors - cuda_graphs)
+    non_torch = max(0, device_used - torch_reserved)
+    return MemorySplit(
+        weights=weights,
+        kv_cache=kv_cache,
+        state_pool=state_pool,
+        cuda_graphs=cuda_graphs,
+        workspace=workspace,
+        non_torch=non_torch,
+        free=max(0, total - device_used),
+        total=total,
+        activation_peak=activation_peak,
+    )
+
+
+def kv_budget_blocks(
+    *,
+    budget: int,
+    device_used: int,
+    activation_peak: int,
+    workspace_cached: int,
+    block_bytes: int,
+) -> int:
+    """KV blocks that fit under ``budget`` bytes of the whole process, given what is in use now. The
+    step workspace must still fit: the part of the activation peak torch does not already hold cached
+    is reserved, with 10% headroom for fragmentation."""
+    pending = max(0, int(activation_peak * 1.1) - workspace_cached)
+    return max(0, (budget - device_used - pending) // block_bytes)
+
+
+def state_slots_that_fit(*, wanted: int, slot_bytes: int, room: int) -> int:
+    """How many of ``wanted`` GDN state slots fit in ``room`` bytes (the caller keeps room for KV)."""
+    return max(0, min(wanted, room // max(slot_bytes, 1)))

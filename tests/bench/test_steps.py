@@ -1,0 +1,30 @@
+"""The step bench's op-family attribution (engine/bench/steps.py) on real kernel names of a 4B step."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.bench.steps import family
+
+
+@pytest.mark.parametrize(
+    "kernel,expected",
+    [
+        ("paged_attn_kernel<256, 32, 4, 2>", "attention"),
+        ("paged_attn_combine_kernel<256>", "attention"),
+        ("gdn_chunk_kernel<128, 64>", "gdn"),
+        ("gdn_decode_kernel<8>", "gdn"),
+        ("conv_prefill_kernel<4, true>", "gdn"),
+        ("conv_state_update_kernel<4>", "gdn"),
+        ("add_rms_norm_kernel<2560, 8>", "norm/elementwise"),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::sigmoid_kernel_cuda>",
+            "norm/elementwise",
+        ),
+        ("nvjet_tst_192x128_64x4_2x1_v_bz_coopA_TNT", "gemm"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "gemm"),
+        ("void at::native::(anonymous namespace)::indexSelectLargeIndex<float>", "sampling/other"),
+    ],
+)
+def test_kernel_families(kernel, expected):
+    assert family(kernel) == expected
