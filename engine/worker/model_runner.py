@@ -232,17 +232,19 @@ class ModelRunner:
         return self.model(batch, self.cache)
 
     def execute_model(self, seqs: list[ScheduledSeq]) -> SamplerOutput:
+        sampled = [s for s in seqs if s.sample]
+        # The sampling tensors go to the device ahead of the forward, once per step.
+        batch = self.sampler.prepare(
+            [s.params for s in sampled], [s.num_output for s in sampled], self.vocab_size
+        )
         key = self.graphs.bucket(seqs) if self.graphs is not None else None
         if key is not None:
             logits = self.graphs.run(seqs, key)  # type: ignore[union-attr]
         else:
             logits = self.execute(ForwardBatch.build(seqs, self.block_size, self.device))
-        sampled = [s for s in seqs if s.sample]
         if not sampled:
             return SamplerOutput([], [])
-        ids, logprobs = self.sampler.sample(
-            logits, [s.params for s in sampled], [s.num_output for s in sampled]
-        )
+        ids, logprobs = self.sampler.sample(logits, batch)
         return SamplerOutput(ids, logprobs)
 
     def device_memory(self) -> tuple[int, int]:

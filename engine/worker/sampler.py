@@ -9,6 +9,7 @@ so its tokens do not depend on which other requests share the batch, nor on pree
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -21,11 +22,47 @@ def _row_seed(seed: int, step: int) -> int:
     return (seed * _MIX + step * 0xBF58476D1CE4E5B9 + 1) % (2**63 - 1)
 
 
+@dataclass(frozen=True)
+class SamplingBatch:
+    """One step's sampling inputs, built once on the host by :meth:`Sampler.prepare` (before the
+    forward runs) and read by :meth:`Sampler.sample`; a filter's tensor is None when no row uses it."""
+
+    params: tuple[SamplingParams, ...]
+    steps: tuple[int, ...]
+    """Tokens each request generated before this one (seeds the per-request noise)."""
+    random_rows: list[int]
+    """Rows that sample; the others are greedy."""
+    temperatures: torch.Tensor | None  # [R] for the random rows
+    top_k: torch.Tensor | None  # [R]
+    top_p: torch.Tensor | None  # [R]
+    min_p: torch.Tensor | None  # [R]
+    max_logprobs: int | None
+    """The most alternatives any row asked for; None when no row wants logprobs."""
+
+
 class Sampler:
     def __init__(self, device: torch.device | str, seed: int = 0):
         self.device = torch.device(device)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
+
+    def prepare(self, params: Sequence[SamplingParams], steps: Sequence[int], vocab: int) -> SamplingBatch:
+        rand = [i for i, p in enumerate(params) if not p.greedy]
+        sub = [params[i] for i in rand]
+        dev = self.device
+        temps = top_k = top_p = min_p = None
+        if sub:
+            temps = torch.tensor([max(p.temperature, 1e-5) for p in sub], device=dev)
+            if any(0 < p.top_k < vocab for p in sub):
+                top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in sub], device=dev)
+            if any(p.top_p < 1.0 for p in sub):
+                top_p = torch.tensor([p.top_p for p in sub], device=dev)
+            if any(p.min_p > 0 for p in sub):
+                min_p = torch.tensor([p.min_p for p in sub], device=dev)
+        wants = [p.logprobs for p in params if p.logprobs is not None]
+        return SamplingBatch(
+            tuple(params), tuple(steps), rand, temps, top_k, top_p, min_p, max(wants) if wants else None
+        )
 
     def _noise(self, params: Sequence[SamplingParams], steps: Sequence[int], vocab: int) -> torch.Tensor:
         noise = torch.empty(len(params), vocab, device=self.device)
@@ -38,51 +75,41 @@ class Sampler:
         return noise
 
     @staticmethod
-    def _filter(logits: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
-        """Temperature, then top-k, top-p and min-p masks; returns probabilities."""
-        temps = torch.tensor([max(p.temperature, 1e-5) for p in params], device=logits.device)
-        logits = logits / temps[:, None]
-        vocab = logits.shape[-1]
-        if any(0 < p.top_k < vocab for p in params):
-            ks = torch.tensor(
-                [p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=logits.device
-            )
+    def _filter(logits: torch.Tensor, b: SamplingBatch) -> torch.Tensor:
+        """Temperature, then top-k, top-p and min-p masks over the random rows; returns probabilities."""
+        assert b.temperatures is not None
+        logits = logits / b.temperatures[:, None]
+        if b.top_k is not None:
             sorted_desc = logits.sort(dim=-1, descending=True).values
-            kth = sorted_desc.gather(1, (ks - 1)[:, None])
+            kth = sorted_desc.gather(1, (b.top_k - 1)[:, None])
             logits = logits.masked_fill(logits < kth, float("-inf"))
         probs = logits.softmax(dim=-1)
-        if any(p.top_p < 1.0 for p in params):
-            top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+        if b.top_p is not None:
             sp, idx = probs.sort(dim=-1, descending=True)
             # Keep the smallest prefix whose mass reaches top_p (the first token always survives).
-            drop = (sp.cumsum(-1) - sp) >= top_p[:, None]
+            drop = (sp.cumsum(-1) - sp) >= b.top_p[:, None]
             sp = sp.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter_(1, idx, sp)
-        if any(p.min_p > 0 for p in params):
-            min_p = torch.tensor([p.min_p for p in params], device=logits.device)
-            thresh = probs.max(dim=-1, keepdim=True).values * min_p[:, None]
+        if b.min_p is not None:
+            thresh = probs.max(dim=-1, keepdim=True).values * b.min_p[:, None]
             probs = probs.masked_fill(probs < thresh, 0.0)
         return probs
 
     def sample(
         self,
         logits: torch.Tensor,  # [S, V] fp32
-        params: Sequence[SamplingParams],
-        steps: Sequence[int],  # tokens each request generated before this one
+        b: SamplingBatch,
     ) -> tuple[list[int], list[TokenLogprobs | None]]:
-        greedy = [p.greedy for p in params]
+        params, rand = b.params, b.random_rows
         tokens = logits.argmax(dim=-1)
-        if not all(greedy):
-            rand = [i for i, g in enumerate(greedy) if not g]
-            sub = [params[i] for i in rand]
-            probs = self._filter(logits[rand], sub)
-            noise = self._noise(sub, [steps[i] for i in rand], logits.shape[-1])
+        if rand:
+            probs = self._filter(logits[rand], b)
+            noise = self._noise([params[i] for i in rand], [b.steps[i] for i in rand], logits.shape[-1])
             tokens[rand] = (probs / noise).argmax(dim=-1)
-        want = [p.logprobs is not None for p in params]
-        if not any(want):
+        if b.max_logprobs is None:
             return tokens.tolist(), [None] * len(params)
         logp = torch.log_softmax(logits, dim=-1)
-        k = max(p.logprobs or 0 for p in params)
+        k = b.max_logprobs
         chosen = logp.gather(1, tokens[:, None])[:, 0].tolist()
         top = logp.topk(k, dim=-1) if k else None
         top_v: list[list[float]] = top.values.tolist() if top is not None else [[] for _ in params]

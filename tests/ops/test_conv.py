@@ -1,11 +1,16 @@
-"""causal_conv1d_prefill / _decode vs a per-token loop, HF's conv functions, and split continuation."""
+"""causal_conv1d_prefill / _decode: the reference vs a per-token loop, HF's conv functions and split
+continuation (CPU); the CUDA kernels and their arms vs the reference (gpu)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from engine.ops import reference as ref
+from engine.ops.conv import cuda as conv
 from engine.ops.reference import causal_conv1d_decode, causal_conv1d_prefill
+from tests.ops.kernel_check import DEV, bf16, rel, twice, varlen
+from tests.ops.kernel_check import LENS as KLENS
 
 C, K, S = 24, 4, 12
 LENS = [1, 2, 3, 63, 64, 65, 130]
@@ -119,3 +124,58 @@ def test_bit_exact_vs_hf(dtype: torch.dtype) -> None:
     out_t = causal_conv1d_decode(xt, w, pool, slot)
     assert torch.equal(out_t, ref_t)
     assert torch.equal(pool[3], hf_state[0, :, 1:])
+
+
+# CUDA kernels ----------------------------------------------------------------------------------
+CONV_ARMS = [
+    frozenset(),
+    frozenset({"conv.chunk8"}),
+    frozenset({"conv.chunk8", "conv.k4"}),
+    frozenset({"conv.chunk8", "conv.vec4"}),
+    frozenset({"conv.chunk8", "conv.k4", "conv.vec4"}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arms", CONV_ARMS, ids=lambda a: "+".join(sorted(a)) or "plain")
+@pytest.mark.parametrize("init", [False, True])
+def test_conv_prefill(arms, init):
+    torch.manual_seed(0)
+    C, K, S = 512, 4, 12
+    qsl, slots, hinit, maxlen, B = varlen(KLENS, [init, not init] * 4, seed=1)
+    T = int(qsl[-1])
+    x = bf16(T + 3, C)[3:]  # offset view: a row stride check without misalignment (3 * 512 * 2 bytes)
+    w = bf16(C, K, scale=0.5)
+    st0 = bf16(S, C, K - 1)
+    st_ref, st = st0.clone(), st0.clone()
+    want = ref.causal_conv1d_prefill(x, w, st_ref, qsl, slots, hinit, maxlen)
+    got = twice(
+        lambda: conv.causal_conv1d_prefill(x, w, st, qsl, slots, hinit, maxlen, arms=arms),
+        [st],
+        ((T, C), torch.bfloat16),
+    )
+    assert rel(got, want) < 2e-3
+    live = slots[slots > 0].long()
+    assert torch.equal(st[live], st_ref[live])
+    assert torch.equal(st[0], st0[0]), "padding slot 0 must not be written"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arms", CONV_ARMS[:3], ids=lambda a: "+".join(sorted(a)) or "plain")
+def test_conv_decode(arms):
+    torch.manual_seed(0)
+    C, K, S, B = 8192, 4, 40, 33
+    x = bf16(B, C)
+    w = bf16(C, K, scale=0.5)
+    st0 = bf16(S, C, K - 1)
+    slots = torch.randperm(S - 1, device=DEV)[:B].to(torch.int32) + 1
+    slots[5] = 0  # padding row
+    st_ref, st = st0.clone(), st0.clone()
+    want = ref.causal_conv1d_decode(x, w, st_ref, slots)
+    got = twice(lambda: conv.causal_conv1d_decode(x, w, st, slots, arms=arms), [st], ((B, C), torch.bfloat16))
+    keep = torch.ones(B, dtype=torch.bool, device=DEV)
+    keep[5] = False
+    assert rel(got[keep], want[keep]) < 2e-3
+    live = slots[keep].long()
+    assert torch.equal(st[live], st_ref[live])
+    assert torch.equal(st[0], st0[0])

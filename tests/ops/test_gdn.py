@@ -1,4 +1,7 @@
-"""Chunked and recurrent gated delta rules vs a per-token fp64 loop, each other, and HF's kernels."""
+"""Chunked and recurrent gated delta rules vs a per-token fp64 loop, each other, and HF's kernels (CPU);
+the CUDA gating, fp32 delta-rule kernels and a graph-captured layer vs the reference (gpu). The
+tensor-core chunk (K2+K3) and the fused decode (K4) have their own files, test_gdn_chunk.py and
+test_gdn_decode.py."""
 
 from __future__ import annotations
 
@@ -6,7 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from engine.ops import reference as ref
+from engine.ops.gdn import gating
+from engine.ops.gdn import recurrent as delta
 from engine.ops.reference import chunk_gated_delta_rule, recurrent_gated_delta_rule
+from tests.ops.kernel_check import DEV, bf16, gdn_inputs, rel, twice, varlen
+from tests.ops.kernel_check import LENS as KLENS
 
 DK, DV, S = 16, 8, 12
 LENS = [1, 2, 3, 63, 64, 65, 130]
@@ -181,3 +189,121 @@ def test_bit_exact_vs_hf(n: int, nk: int, nv: int) -> None:
     )
     torch.testing.assert_close(out, ref[:, 0], atol=1e-6, rtol=0)
     torch.testing.assert_close(pool[slots.long()], ref_state, atol=1e-6, rtol=0)
+
+
+# CUDA kernels ----------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_gating():
+    torch.manual_seed(0)
+    T, nv = 1100, 32
+    ab = bf16(T, 3 * nv, scale=3.0)
+    a, b = ab[:, :nv], ab[:, nv : 2 * nv]  # strided column slices, as from a fused projection
+    A_log = torch.rand(nv, device=DEV) * 3 - 1
+    dt_bias = bf16(nv)
+    g_ref, beta_ref = ref.gdn_gating(a, b, A_log, dt_bias)
+    g, beta = twice(lambda: gating.gdn_gating(a, b, A_log, dt_bias), [], ((T, nv), torch.float32))
+    assert rel(g, g_ref) < 1e-5
+    assert rel(beta, beta_ref) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ratio", [1, 2])
+@pytest.mark.parametrize("init", [False, True])
+def test_chunk_gated_delta_rule(ratio, init):
+    torch.manual_seed(0)
+    nk, S = 2, 12
+    nv = nk * ratio
+    qsl, slots, hinit, maxlen, B = varlen(KLENS, [init, not init] * 4, seed=2)
+    T = int(qsl[-1])
+    q, k, v, g, beta = gdn_inputs(T, nk, nv, scale_g=0.3)
+    st0 = torch.randn(S, nv, 128, 128, device=DEV) * 0.1
+    st_ref, st = st0.clone(), st0.clone()
+    want = ref.chunk_gated_delta_rule(q, k, v, g, beta, st_ref, qsl, slots, hinit, maxlen)
+    got = twice(
+        lambda: delta.chunk_gated_delta_rule(q, k, v, g, beta, st, qsl, slots, hinit, maxlen),
+        [st],
+        ((T, nv, 128), torch.bfloat16),
+    )
+    assert rel(got, want) < 2e-3
+    for s in slots[slots > 0].tolist():
+        assert rel(st[s], st_ref[s]) < 1e-3, f"slot {s}"
+    assert torch.equal(st[0], st0[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ratio", [1, 2])
+def test_recurrent_gated_delta_rule(ratio):
+    torch.manual_seed(0)
+    nk, S, B = 16 // ratio, 40, 33
+    nv = nk * ratio
+    q, k, v, g, beta = gdn_inputs(B, nk, nv)
+    slots = torch.randperm(S - 1, device=DEV)[:B].to(torch.int32) + 1
+    slots[7] = 0
+    st0 = torch.randn(S, nv, 128, 128, device=DEV) * 0.1
+    st_ref, st = st0.clone(), st0.clone()
+    want = ref.recurrent_gated_delta_rule(q, k, v, g, beta, st_ref, slots)
+    got = twice(
+        lambda: delta.recurrent_gated_delta_rule(q, k, v, g, beta, st, slots),
+        [st],
+        ((B, nv, 128), torch.bfloat16),
+    )
+    keep = slots > 0
+    assert rel(got[keep], want[keep]) < 2e-3
+    for s in slots[keep].tolist():
+        assert rel(st[s], st_ref[s]) < 1e-3
+    assert torch.equal(st[0], st0[0])
+
+
+@pytest.mark.gpu
+def test_cuda_graph_decode_and_prefill_equal_eager():
+    """conv decode + gating + recurrent + norm, and a varlen prefill, captured and replayed."""
+    torch.manual_seed(0)
+    from engine.ops.arms import cuda_overrides
+
+    ops = cuda_overrides(frozenset({"conv.chunk8", "conv.k4"}))
+    B, C, nk, nv, S = 8, 8192, 16, 32, 12
+    x = bf16(B, C)
+    w = bf16(C, 4, scale=0.5)
+    ab = bf16(B, 2 * nv)
+    A_log, dt_bias = torch.rand(nv, device=DEV), bf16(nv)
+    z = bf16(B * nv, 128)
+    nw = torch.rand(128, device=DEV) + 0.5
+    slots = torch.arange(1, B + 1, dtype=torch.int32, device=DEV)
+    cst0, sst0 = bf16(S, C, 3), torch.randn(S, nv, 128, 128, device=DEV) * 0.1
+    cst, sst = cst0.clone(), sst0.clone()
+
+    def step():
+        y = ops["causal_conv1d_decode"](x, w, cst, slots)
+        q, k, v = y[:, :2048].view(B, nk, 128), y[:, 2048:4096].view(B, nk, 128), y[:, 4096:].view(B, nv, 128)
+        g, beta = ops["gdn_gating"](ab[:, :nv], ab[:, nv:], A_log, dt_bias)
+        o = ops["recurrent_gated_delta_rule"](q, k, v, g, beta, sst, slots)
+        return ops["gated_rms_norm"](o.view(-1, 128), z, nw, 1e-6)
+
+    qsl, pslots, hinit, maxlen, _ = varlen((5, 64, 130), [True, False, True], seed=3)
+    T = int(qsl[-1])
+    px, pw = bf16(T, C), w
+    pg, pb = -torch.rand(T, nv, device=DEV) * 0.3, torch.rand(T, nv, device=DEV)
+
+    def prefill():
+        y = ops["causal_conv1d_prefill"](px, pw, cst, qsl, pslots, hinit, maxlen)
+        q, k, v = y[:, :2048].view(T, nk, 128), y[:, 2048:4096].view(T, nk, 128), y[:, 4096:].view(T, nv, 128)
+        return ops["chunk_gated_delta_rule"](q, k, v, pg, pb, sst, qsl, pslots, hinit, maxlen)
+
+    def both():
+        return prefill(), step()
+
+    eager = both()  # also compiles everything before capture
+    eager_states = (cst.clone(), sst.clone())
+    cst.copy_(cst0)
+    sst.copy_(sst0)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = both()
+    cst.copy_(cst0)
+    sst.copy_(sst0)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(static, eager, strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(cst, eager_states[0]) and torch.equal(sst, eager_states[1])

@@ -20,7 +20,7 @@ if not torch.cuda.is_available():
 
 from engine.ops import reference as ref  # noqa: E402
 from engine.ops.gdn import chunk  # noqa: E402
-from tests.ops.test_kernels_gdn import bf16, poison, rel, twice, varlen  # noqa: E402
+from tests.ops.kernel_check import bf16, poison, rel, twice, varlen  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"

@@ -26,7 +26,7 @@ from engine.ops.gdn import (
 )
 from engine.ops.gdn import recurrent as delta  # noqa: E402
 from engine.ops.norm import cuda as norm  # noqa: E402
-from tests.ops.test_kernels_gdn import bf16, poison, rel, twice  # noqa: E402
+from tests.ops.kernel_check import bf16, poison, rel, twice  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"

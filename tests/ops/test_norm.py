@@ -1,4 +1,5 @@
-"""rms_norm, gated_rms_norm and gdn_gating vs hand-written formulas and HF's modules."""
+"""rms_norm, gated_rms_norm and gdn_gating vs hand-written formulas and HF's modules (CPU); the CUDA
+gated RMSNorm vs the reference (gpu)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from engine.ops import reference as ref
+from engine.ops.norm import cuda as norm
 from engine.ops.reference import gated_rms_norm, gdn_gating, rms_norm
+from tests.ops.kernel_check import DEV, bf16, rel, twice
 
 DTYPES = [torch.float32, torch.bfloat16]
 
@@ -85,3 +89,16 @@ def test_gdn_gating(dtype: torch.dtype) -> None:
             sp = torch.log1p(torch.exp(a[t, h].double() + dt_bias[h].double()))
             ref = -torch.exp(A_log[h].double()) * sp
             torch.testing.assert_close(g[t, h].double(), ref, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wdtype", [torch.float32, torch.bfloat16])
+def test_gated_rms_norm(wdtype):
+    torch.manual_seed(0)
+    N, dv = 1000 * 4 + 3, 128
+    x = bf16(N, dv, scale=2.0)
+    z = bf16(N, 2 * dv)[:, dv:]
+    w = (torch.rand(dv, device=DEV) + 0.5).to(wdtype)
+    want = ref.gated_rms_norm(x, z, w, 1e-6)
+    got = twice(lambda: norm.gated_rms_norm(x, z, w, 1e-6), [], ((N, dv), torch.bfloat16))
+    assert rel(got, want) < 2e-3
