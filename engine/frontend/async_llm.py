@@ -136,6 +136,14 @@ class AsyncLLM:
             if rid in self._requests or rid in seen:
                 raise InvalidRequestError("request_id", f"request id {rid!r} is already in use")
             seen.add(rid)
+        if len(requests) > self._limit:
+            # Admission is all-or-nothing, so this batch could not start even on an idle server: a 503
+            # with Retry-After would send the client into a retry loop that never succeeds.
+            raise InvalidRequestError(
+                "n",
+                f"this request needs {len(requests)} sequences (prompts x n) but the server admits at most "
+                f"{self._limit} at once (max_num_seqs + max_waiting_requests); split it",
+            )
         if len(self._requests) + len(requests) > self._limit:
             raise QueueFullError(
                 f"server busy: {len(self._requests)} requests in flight, limit {self._limit}; retry later"

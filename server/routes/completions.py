@@ -150,4 +150,6 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
             return []
         return [sse({**head, "choices": [], "usage": usage(choices, body.n)})]
 
-    return await respond(request, st, merged, choices, body.stream, build, frames, tail)
+    return await respond(
+        request, st, merged, choices, body.stream, build, frames, tail, n=body.n, request_id=request_id
+    )
