@@ -310,7 +310,8 @@ class AsyncLLM:
         self._calls[call_id] = fut
         self.client.utility(UtilityRequest(call_id, method, list(args)))
         try:
-            return await asyncio.wait_for(fut, timeout_s)
+            async with asyncio.timeout(timeout_s):  # never swallows a cancellation (3.11 wait_for can)
+                return await fut
         finally:
             self._calls.pop(call_id, None)
 
