@@ -144,6 +144,8 @@ class AsyncLLM:
                 f"this request needs {len(requests)} sequences (prompts x n) but the server admits at most "
                 f"{self._limit} at once (max_num_seqs + max_waiting_requests); split it",
             )
+        if self.client.input_full():
+            raise QueueFullError("the engine is not keeping up with its input; retry later")
         if len(self._requests) + len(requests) > self._limit:
             raise QueueFullError(
                 f"server busy: {len(self._requests)} requests in flight, limit {self._limit}; retry later"
@@ -178,6 +180,12 @@ class AsyncLLM:
             self.client.add_requests(AddRequests(wave))
         except EngineDeadError as e:
             self._fail_all(e)
+        except QueueFullError as e:  # the input backlog filled since admission: refuse this wave (503)
+            for req in wave:
+                st = self._requests.pop(req.request_id, None)
+                if st is not None:
+                    st.finished = True
+                    st.queue.put_nowait(e)
 
     async def _stream(self, st: RequestState) -> AsyncGenerator[RequestOutput, None]:
         try:
@@ -294,7 +302,7 @@ class AsyncLLM:
 
     def is_ready(self) -> bool:
         """Alive, and not stalled: with requests in flight, the engine finished a step recently."""
-        if not self.is_alive:
+        if not self.is_alive or self.client.input_full():  # full: the engine reads nothing we send
             return False
         if not self._requests:
             return True
@@ -308,8 +316,8 @@ class AsyncLLM:
         call_id = next(self._call_ids)
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._calls[call_id] = fut
-        self.client.utility(UtilityRequest(call_id, method, list(args)))
         try:
+            self.client.utility(UtilityRequest(call_id, method, list(args)))
             async with asyncio.timeout(timeout_s):  # never swallows a cancellation (3.11 wait_for can)
                 return await fut
         finally:
