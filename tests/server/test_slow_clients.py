@@ -18,7 +18,10 @@ from tests.server.realserver import RawConn, Server
 
 pytestmark = pytest.mark.slow
 STALLED = 2100  # above the default cap of 2048 open connections
-HEAD = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+HEAD = (
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 100\r\n\r\n"
+)
 
 
 def _addr(server: Server) -> tuple[str, int]:
