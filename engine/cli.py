@@ -22,6 +22,8 @@ from engine.logs import LEVEL_ENV, LEVELS, configure_logging
 from engine.worker.resolve import resolve_model
 
 SECTIONS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig)
+
+
 def _device(value: str) -> str:
     if value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit()):
         return value

@@ -29,6 +29,7 @@ import zmq
 from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore, run_busy_loop, run_engine_core
 from engine.frontend.errors import EngineDeadError
+from engine.frontend.output_processor import QueueFullError
 from engine.messages import (
     AbortRequests,
     AddRequests,
@@ -41,7 +42,6 @@ from engine.messages import (
     decode_ready,
     encode,
 )
-from engine.frontend.output_processor import QueueFullError
 from engine.worker.step import Runner
 
 logger = logging.getLogger("deltaserve.client")
