@@ -30,6 +30,9 @@ def _device(value: str) -> str:
     raise argparse.ArgumentTypeError(f"invalid device {value!r} (choose auto, cpu, cuda or cuda:N)")
 
 
+EXIT_PORT_BUSY = 2
+
+
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows each flag's default (and argparse shows the choices)."""
 
@@ -88,11 +91,18 @@ def _log_config(engine: EngineConfig, server: ServerConfig) -> None:
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
+    from server.listen import PortInUseError, bind_socket
+
+    try:  # before resolving the model: that imports torch and may write the tiny checkpoint
+        sock = bind_socket(ns.host, ns.port)
+    except PortInUseError as e:
+        logging.getLogger("deltaserve").error(str(e))
+        return EXIT_PORT_BUSY
     engine, server = configs_from_args(ns)
     _log_config(engine, server)
     from server.launch import run_server
 
-    return run_server(engine, server, log_level=ns.log_level) or 0
+    return run_server(engine, server, log_level=ns.log_level, sock=sock) or 0
 
 
 def cmd_generate(ns: argparse.Namespace) -> int:

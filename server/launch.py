@@ -19,6 +19,7 @@ from engine.config import EngineConfig, ServerConfig
 from engine.logs import configure_logging
 from server.app import build_app
 from server.http_limits import H11_BACKSTOP_BYTES, cut_unadmitted, guarded_protocol
+from server.listen import PortInUseError, bind_socket
 from server.state import ServerState
 
 logger = logging.getLogger("deltaserve.server")
@@ -30,24 +31,6 @@ ENGINE_DEAD_GRACE_S = 5.0
 EXIT_ENGINE_DEAD = 1
 """Exit status once the engine died: non-zero so that a supervisor (docker, systemd, k8s) restarts us."""
 EXIT_PORT_BUSY = 2
-
-
-class PortInUseError(OSError):
-    """The listen address is taken; found before the model loads, not after."""
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind the listening socket first: a busy port fails in milliseconds, and uvicorn serves on it."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise PortInUseError(f"cannot listen on {host}:{port}: {e.strerror}") from e
-    sock.set_inheritable(True)
-    return sock
 
 
 class DrainingServer(uvicorn.Server):
@@ -156,14 +139,20 @@ async def serve(
         logger.info("engine shut down")
 
 
-def run_server(engine_config: EngineConfig, server_config: ServerConfig, log_level: str = "info") -> int:
+def run_server(
+    engine_config: EngineConfig,
+    server_config: ServerConfig,
+    log_level: str = "info",
+    sock: socket.socket | None = None,
+) -> int:
     """Blocking entry point for the CLI; returns the process exit code."""
     configure_logging(log_level)
-    try:
-        sock = bind_socket(server_config.host, server_config.port)
-    except PortInUseError as e:
-        logger.error(str(e))
-        return EXIT_PORT_BUSY
+    if sock is None:
+        try:
+            sock = bind_socket(server_config.host, server_config.port)
+        except PortInUseError as e:
+            logger.error(str(e))
+            return EXIT_PORT_BUSY
     # A SIGTERM that lands before uvicorn installs its handlers must not kill us without cleanup.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:

@@ -6,6 +6,8 @@ the HTTP framing cases: CL+TE smuggling, an oversized head, no redirect built fr
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -172,3 +174,27 @@ def test_no_redirect_to_client_chosen_host(server: Server) -> None:
     for path in ("/health/", "/v1/models/"):
         r = httpx.get(f"{server.url}{path}", headers={"Host": "evil.example"}, follow_redirects=False)
         assert not 300 <= r.status_code < 400 and "location" not in r.headers, (path, r.status_code)
+
+
+def test_one_json_log_format_and_an_access_line_per_request(server: Server) -> None:
+    ok = {"prompt": "log me", "max_tokens": 2, "temperature": 0}
+    assert httpx.post(f"{server.url}/v1/completions", json=ok).status_code == 200
+    lone = json.dumps({"prompt": LONE})  # ASCII JSON with the \ud800 escape
+    bad = httpx.post(
+        f"{server.url}/v1/completions", content=lone, headers={"content-type": "application/json"}
+    )
+    assert bad.status_code == 400
+    assert httpx.get(f"{server.url}/nope").status_code == 404
+    time.sleep(0.3)
+    text = server.log()
+    assert "\x1b" not in text, "ANSI escapes in the log"
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]  # every line is JSON
+    assert len({r["pid"] for r in records}) >= 2, "the engine process does not log in the same format"
+    assert any(r["logger"] == "deltaserve.engine" for r in records)
+    access = [r for r in records if r["logger"] == "deltaserve.access"]
+    by_route = {(r["route"], r["status"]): r for r in access}
+    assert ("/nope", 404) in by_route and ("/v1/completions", 400) in by_route
+    done = [r for r in access if r["route"] == "/v1/completions" and r["status"] == 200]
+    last = done[-1]
+    assert last["request_id"].startswith("cmpl-") and last["completion_tokens"] == 2
+    assert last["prompt_tokens"] > 0 and last["latency_ms"] > 0 and last["method"] == "POST"
