@@ -28,8 +28,7 @@ import zmq
 
 from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore, run_busy_loop, run_engine_core
-from engine.frontend.errors import EngineDeadError
-from engine.frontend.output_processor import QueueFullError
+from engine.frontend.errors import EngineDeadError, QueueFullError
 from engine.messages import (
     AbortRequests,
     AddRequests,

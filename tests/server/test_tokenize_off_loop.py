@@ -11,8 +11,8 @@ import httpx
 import numpy as np
 import pytest
 
-from engine.async_llm import AsyncLLM
 from engine.config import EngineConfig, ModelConfig, ServerConfig, resolve_model
+from engine.frontend.async_llm import AsyncLLM
 from server.app import build_app
 
 
