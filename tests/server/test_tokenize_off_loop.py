@@ -11,8 +11,9 @@ import httpx
 import numpy as np
 import pytest
 
-from engine.config import EngineConfig, ModelConfig, ServerConfig, resolve_model
+from engine.config import EngineConfig, ModelConfig, ServerConfig
 from engine.frontend.async_llm import AsyncLLM
+from engine.worker.resolve import resolve_model
 from server.app import build_app
 
 
