@@ -66,9 +66,10 @@ done
 "$python" -m pip download $deps_flag --only-binary=:all: --python-version 3.12 --implementation cp \
     "${platforms[@]}" -d "$out" "${packages[@]}"
 
-# deltaserve itself: a pure-Python wheel, built without fetching build requirements (offline-safe
-# when setuptools is installed here).
-"$python" -m pip wheel --no-deps --no-build-isolation -w "$out" "$repo"
+# deltaserve itself: a pure-Python wheel, built in pip's isolated build environment so that the
+# build backend pyproject.toml asks for (setuptools>=77, for the PEP 639 license string) is fetched
+# there, whatever setuptools this host has (this script needs the network anyway).
+"$python" -m pip wheel --no-deps -w "$out" "$repo"
 
 echo "wheelhouse: $out"
 ls -1 "$out"

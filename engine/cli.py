@@ -12,14 +12,29 @@ import dataclasses
 import inspect
 import json
 import logging
+import os
 import sys
 import typing
 from typing import Any
 
 from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, ServerConfig
+from engine.logs import LEVEL_ENV, LEVELS, configure_logging
 from engine.worker.resolve import resolve_model
 
 SECTIONS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig)
+
+
+def _device(value: str) -> str:
+    if value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit()):
+        return value
+    raise argparse.ArgumentTypeError(f"invalid device {value!r} (choose auto, cpu, cuda or cuda:N)")
+
+
+EXIT_PORT_BUSY = 2
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default (and argparse shows the choices)."""
 
 
 def _field_docs(cls: type) -> dict[str, str]:
@@ -46,6 +61,8 @@ def add_config_flags(p: argparse.ArgumentParser, sections: tuple[type, ...] = SE
                 kw["action"] = argparse.BooleanOptionalAction
             elif isinstance(default, tuple):
                 kw["nargs"] = "*"
+            elif f.name == "device":
+                kw["type"] = _device
             else:
                 kw["type"] = type(default)
                 if typing.get_origin(hints[f.name]) is typing.Literal:
@@ -74,11 +91,18 @@ def _log_config(engine: EngineConfig, server: ServerConfig) -> None:
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
+    from server.listen import PortInUseError, bind_socket
+
+    try:  # before resolving the model: that imports torch and may write the tiny checkpoint
+        sock = bind_socket(ns.host, ns.port)
+    except PortInUseError as e:
+        logging.getLogger("deltaserve").error(str(e))
+        return EXIT_PORT_BUSY
     engine, server = configs_from_args(ns)
     _log_config(engine, server)
     from server.launch import run_server
 
-    return run_server(engine, server) or 0
+    return run_server(engine, server, log_level=ns.log_level, sock=sock) or 0
 
 
 def cmd_generate(ns: argparse.Namespace) -> int:
@@ -107,13 +131,17 @@ def cmd_make_checkpoint(ns: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="deltaserve", description=__doc__)
-    p.add_argument("--log-level", default="INFO")
+    # --log-level works before or after the subcommand: the subcommand's copy only overrides when given.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-level", type=str.lower, choices=LEVELS, default=argparse.SUPPRESS)
+    p = argparse.ArgumentParser(prog="deltaserve", description=__doc__, formatter_class=_HelpFormatter)
+    p.add_argument("--log-level", type=str.lower, choices=LEVELS, default="info")
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("serve", help="start the OpenAI-compatible server")
+    kw: dict[str, Any] = {"parents": [common], "formatter_class": _HelpFormatter}
+    s = sub.add_parser("serve", help="start the OpenAI-compatible server", **kw)
     add_config_flags(s)
     s.set_defaults(func=cmd_serve)
-    g = sub.add_parser("generate", help="offline generation from the command line")
+    g = sub.add_parser("generate", help="offline generation from the command line", **kw)
     add_config_flags(g, (ModelConfig, CacheConfig, SchedulerConfig))
     g.add_argument("prompt", nargs="+")
     g.add_argument("--max-tokens", type=int, default=32)
@@ -121,7 +149,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--sample-seed", type=int, default=None)
     g.add_argument("--ignore-eos", action="store_true")
     g.set_defaults(func=cmd_generate)
-    m = sub.add_parser("make-checkpoint", help="write an HF-layout checkpoint (tiny model or 4B config)")
+    m = sub.add_parser(
+        "make-checkpoint", help="write an HF-layout checkpoint (tiny model or 4B config)", **kw
+    )
     m.add_argument("dir")
     m.add_argument("--preset", default="tiny", choices=["tiny", "qwen3.5-4b"])
     m.add_argument("--seed", type=int, default=0)
@@ -132,11 +162,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     ns = parser().parse_args(argv)
-    logging.basicConfig(
-        level=ns.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # The engine child reads the level from the environment it inherits.
+    os.environ[LEVEL_ENV] = ns.log_level
+    configure_logging(ns.log_level)
     return int(ns.func(ns) or 0)
 
 

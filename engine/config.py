@@ -84,6 +84,10 @@ class ServerConfig:
     """/ready turns 503 when requests wait and no engine step finished for this long."""
     request_timeout_s: float = 600.0
     """A request still running after this long is aborted."""
+    body_read_timeout_s: float = 30.0
+    """A request body not fully received this long after its head is cut off with 408."""
+    max_connections: int = 2048
+    """Open connections beyond which the oldest one still sending its request is closed."""
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,46 @@ from .metrics import DEFAULT_PERCENTILES
 
 
 def _add_client_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", required=True, type=Path, help="pretokenized JSONL (loadgen pretokenize)")
+    # Second names are vLLM's (vllm bench serve), so its command lines carry over.
+    p.add_argument(
+        "--dataset-name",
+        choices=("jsonl", "random"),
+        default=None,
+        help="jsonl: a pretokenized file (--dataset); random: synthetic prompts of random token ids "
+        "(default: jsonl when --dataset is given)",
+    )
+    p.add_argument(
+        "--dataset",
+        "--dataset-path",
+        type=Path,
+        default=None,
+        help="pretokenized JSONL (loadgen pretokenize)",
+    )
+    p.add_argument("--random-input-len", type=int, default=1024, help="random dataset: prompt tokens")
+    p.add_argument("--random-output-len", type=int, default=128, help="random dataset: output tokens")
+    p.add_argument(
+        "--random-range-ratio", type=float, default=0.0, help="random dataset: lengths vary by +- this share"
+    )
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="random dataset: draw ids from this checkpoint's regular vocabulary (default: the 256 byte ids)",
+    )
     p.add_argument("--model", default=None, help="model name sent in requests (default: first of /v1/models)")
-    p.add_argument("--concurrency", type=int, default=None, help="closed loop: at most N requests in flight")
+    p.add_argument(
+        "--concurrency",
+        "--max-concurrency",
+        type=int,
+        default=None,
+        help="closed loop: at most N requests in flight",
+    )
     p.add_argument("--request-rate", type=float, default=float("inf"), help="open loop arrivals per second")
     p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape: 1 = Poisson, <1 burstier")
     p.add_argument("--seed", type=int, default=0, help="seed for arrival times")
-    p.add_argument("--num-prompts", type=int, default=None, help="use the first N records of the file")
+    p.add_argument(
+        "--num-prompts", type=int, default=None, help="use the first N records (random dataset: 1000)"
+    )
     p.add_argument(
         "--num-warmups", type=int, default=0, help="requests sent (and not counted) before the run"
     )
@@ -109,6 +142,17 @@ def _client_config(args: argparse.Namespace, base_url: str):
 
 
 def _records(args: argparse.Namespace) -> list[dict]:
+    name = args.dataset_name or ("jsonl" if args.dataset is not None else None)
+    if name == "random":
+        from .random_dataset import BYTE_VOCAB, random_records, regular_vocab_size
+
+        vocab = regular_vocab_size(args.tokenizer) if args.tokenizer else BYTE_VOCAB
+        n = args.num_prompts if args.num_prompts is not None else 1000
+        return random_records(
+            n, args.random_input_len, args.random_output_len, args.random_range_ratio, args.seed, vocab
+        )
+    if args.dataset is None:
+        raise DatasetError("give --dataset FILE.jsonl (loadgen pretokenize) or --dataset-name random")
     recs = read_jsonl(args.dataset)
     if args.num_prompts is not None:
         if args.num_prompts > len(recs):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import shlex
 import signal
@@ -99,10 +100,26 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
 CUMULATIVE_METRICS = ("server_peak_memory_bytes",)
 
 
+MIN_PAIRS_FOR_VERDICT = 3
+"""Below this many A/B pairs no verdict is given: one or two pairs cannot tell a change from noise."""
+
+
+def aa_band(a_values: list[float]) -> tuple[float, float] | None:
+    """The noise band from every run of arm A, in order: the widest ratio between consecutive A runs,
+    symmetric in log space (an A/A ratio of 1.03 means anything in 1/1.03..1.03)."""
+    ratios = [b / a for a, b in zip(a_values, a_values[1:], strict=False) if a]
+    if not ratios or any(r <= 0 for r in ratios):
+        return None
+    half = max(abs(math.log(r)) for r in ratios)
+    return math.exp(-half), math.exp(half)
+
+
 def ratio_stats(runs: list[tuple[str, dict]], fresh_servers: bool = True) -> dict[str, dict]:
-    """Per metric: B/A ratio of each alternated pair (median, min, max) and the A/A noise band.
+    """Per metric: B/A ratio of each alternated pair (median, min, max), the noise band built from all
+    the A runs (the alternated ones and the closing A/A pair), and a verdict from 3 pairs on.
     Without ``fresh_servers`` the cumulative metrics are left out."""
     main, aa = runs[:-2], runs[-2:]
+    pairs = len(main) // 2
     out: dict[str, dict] = {}
     for m in AB_METRICS:
         if not fresh_servers and m in CUMULATIVE_METRICS:
@@ -115,18 +132,19 @@ def ratio_stats(runs: list[tuple[str, dict]], fresh_servers: bool = True) -> dic
                 ratios.append(b / a)
         a1, a2 = aa[0][1].get(m), aa[1][1].get(m)
         aa_ratio = a2 / a1 if a1 and a2 is not None else None
-        entry: dict = {"ratios": ratios, "aa_ratio": aa_ratio}
+        a_values = [r.get(m) for arm, r in runs if arm == "A"]
+        known = [float(v) for v in a_values if v is not None]
+        band = aa_band(known) if len(known) == len(a_values) else None
+        entry: dict = {"ratios": ratios, "aa_ratio": aa_ratio, "pairs": pairs}
         if ratios:
             entry.update(median=statistics.median(ratios), min=min(ratios), max=max(ratios))
         else:
             entry.update(median=None, min=None, max=None)
-        if aa_ratio:
-            # The band is symmetric in log space: an A/A ratio of 1.03 means anything in 1/1.03..1.03.
-            lo, hi = min(aa_ratio, 1 / aa_ratio), max(aa_ratio, 1 / aa_ratio)
-            entry.update(noise_lo=lo, noise_hi=hi)
-            entry["within_noise"] = entry["median"] is not None and lo <= entry["median"] <= hi
+        entry.update(noise_lo=band[0] if band else None, noise_hi=band[1] if band else None)
+        if band is None or entry["median"] is None or pairs < MIN_PAIRS_FOR_VERDICT:
+            entry["within_noise"] = None  # no verdict
         else:
-            entry.update(noise_lo=None, noise_hi=None, within_noise=None)
+            entry["within_noise"] = band[0] <= entry["median"] <= band[1]
         out[m] = entry
     return out
 
@@ -145,6 +163,12 @@ def run_ab(
     """Run the sequence; with commands, each run gets a fresh server on cfg.base_url."""
     if pairs < 1:
         raise ValueError("--pairs must be at least 1")
+    if pairs < MIN_PAIRS_FOR_VERDICT:
+        print(
+            f"loadgen ab: {pairs} pair(s) cannot separate a change from noise; ratios are reported "
+            f"without a verdict (use --pairs {MIN_PAIRS_FOR_VERDICT} or more)",
+            file=sys.stderr,
+        )
     if bool(a_cmd) != bool(b_cmd) or bool(a_url) != bool(b_url) or bool(a_cmd) == bool(a_url):
         raise ValueError("give either --a-url and --b-url, or --a-cmd and --b-cmd")
     out_dir.mkdir(parents=True, exist_ok=True)

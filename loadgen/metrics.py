@@ -9,9 +9,11 @@ receive over every measured request. Failed requests are counted and excluded fr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (90.0, 99.0)
 
@@ -51,23 +53,18 @@ class RequestTrace:
 
 
 def percentile(values: Sequence[float], p: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default method)."""
-    if not values:
-        return 0.0
-    s = sorted(values)
-    k = (len(s) - 1) * p / 100.0
-    lo, hi = math.floor(k), math.ceil(k)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+    """numpy's linear percentile (vLLM's too); 0 for an empty list."""
+    return float(np.percentile(values, p)) if len(values) else 0.0
 
 
 def summarize(values: Sequence[float], percentiles: Sequence[float]) -> dict[str, float]:
     """mean, median, population std and percentiles; 0 for an empty list (as vLLM's ``x or 0``)."""
-    n = len(values)
-    mean = sum(values) / n if n else 0.0
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / n) if n else 0.0
-    out = {"mean": mean, "median": percentile(values, 50.0), "std": std}
-    for p in percentiles:
-        out[f"p{pct_word(p)}"] = percentile(values, p)
+    if not len(values):
+        return {"mean": 0.0, "median": 0.0, "std": 0.0, **{f"p{pct_word(p)}": 0.0 for p in percentiles}}
+    arr = np.asarray(values, dtype=np.float64)
+    out = {"mean": float(arr.mean()), "median": float(np.median(arr)), "std": float(arr.std())}
+    for p, v in zip(percentiles, np.percentile(arr, list(percentiles)) if percentiles else [], strict=True):
+        out[f"p{pct_word(p)}"] = float(v)
     return out
 
 
@@ -164,46 +161,15 @@ def compute_metrics(
 
 
 def parse_prometheus(text: str) -> tuple[int | None, str | None]:
-    """(deltaserve_peak_device_memory_bytes, deltaserve_device_info name) from /metrics text.
-
-    The peak gauge may carry labels (one per device): the largest value is reported."""
+    """(deltaserve_peak_device_memory_bytes, deltaserve_device_info name) from /metrics text, through
+    prometheus_client's own parser. The peak gauge may carry labels (one per device): the largest
+    value is reported."""
     peak: float | None = None
     name: str | None = None
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        metric = line.split("{", 1)[0].split(None, 1)[0]
-        if metric == "deltaserve_peak_device_memory_bytes":
-            try:
-                v = float(line.rsplit(None, 1)[-1])
-            except ValueError:
-                continue
-            peak = v if peak is None else max(peak, v)
-        elif metric == "deltaserve_device_info" and name is None and "{" in line:
-            labels = line[line.index("{") + 1 : line.rindex("}")]
-            name = _label(labels, "name")
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "deltaserve_peak_device_memory_bytes":
+                peak = sample.value if peak is None else max(peak, sample.value)
+            elif sample.name == "deltaserve_device_info" and name is None and "name" in sample.labels:
+                name = sample.labels["name"]
     return (int(peak) if peak is not None else None), name
-
-
-def _label(labels: str, key: str) -> str | None:
-    """One label's value from a Prometheus label set, honouring escaped quotes."""
-    i = 0
-    while i < len(labels):
-        eq = labels.find("=", i)
-        if eq < 0:
-            return None
-        k = labels[i:eq].strip().lstrip(",").strip()
-        j = eq + 2  # past '="'
-        val = []
-        while j < len(labels) and labels[j] != '"':
-            if labels[j] == "\\" and j + 1 < len(labels):
-                j += 1
-                val.append({"n": "\n"}.get(labels[j], labels[j]))
-            else:
-                val.append(labels[j])
-            j += 1
-        if k == key:
-            return "".join(val)
-        i = j + 1
-    return None

@@ -97,7 +97,8 @@ def ab_table(ratios: dict) -> str:
         if r.get("median") is None:
             continue
         band = f"{r['noise_lo']:.3f}-{r['noise_hi']:.3f}" if r.get("noise_lo") is not None else "n/a"
-        verdict = "noise" if r.get("within_noise") else "difference"
+        within = r.get("within_noise")
+        verdict = "n/a (< 3 pairs)" if within is None else "noise" if within else "difference"
         lines.append(
             f"| {metric} | {r['median']:.3f} | {r['min']:.3f} | {r['max']:.3f} | {band} | {verdict} |"
         )

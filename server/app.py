@@ -52,7 +52,9 @@ class DrainMiddleware:
 
 def build_app(llm: EngineClient, server_config: ServerConfig | None = None) -> FastAPI:
     """The whole HTTP surface over one AsyncLLM."""
+    from server.access_log import AccessLogMiddleware
     from server.auth import APIKeyMiddleware
+    from server.http_limits import FramingMiddleware
     from server.routes.chat import router as chat_router
     from server.routes.completions import router as completions_router
     from server.routes.misc import router as misc_router
@@ -79,6 +81,9 @@ def build_app(llm: EngineClient, server_config: ServerConfig | None = None) -> F
         # No interactive docs: they pull JavaScript from a CDN and are one more surface to audit.
         docs_url=None,
         redoc_url=None,
+        # Starlette builds slash redirects from the client's Host header (an open redirect): a path
+        # with a stray slash is a 404 instead.
+        redirect_slashes=False,
     )
     app.state.ds = state
     install_error_handlers(app)
@@ -86,11 +91,15 @@ def build_app(llm: EngineClient, server_config: ServerConfig | None = None) -> F
     app.include_router(chat_router)
     app.include_router(misc_router)
     # Middlewares wrap outside-in in reverse order of addition: auth runs first, so an unauthenticated
-    # client learns nothing (not even the size limit); then draining; then the body limit.
+    # client learns nothing (not even the size limit); then draining; then the body limit. Framing
+    # checks come before auth (a smuggled request must not reach anything), the access log outermost
+    # so that every answer, 401 and 431 included, leaves a line.
     # CORS is deliberately absent: browsers get the same-origin default.
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_request_bytes)
     app.add_middleware(DrainMiddleware, state=state)
     app.add_middleware(APIKeyMiddleware, api_key=config.api_key)
+    app.add_middleware(FramingMiddleware)
+    app.add_middleware(AccessLogMiddleware)
     return app
 
 

@@ -14,10 +14,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.frontend.errors import EngineDeadError, InvalidRequestError, QueueFullError
 from engine.frontend.tokenizer import ChatTemplateError
+from server.text_checks import LONE_SURROGATE
 
 logger = logging.getLogger("deltaserve.server")
 
@@ -34,6 +36,7 @@ _STATUS_TYPES = {
     504: "timeout_error",
 }
 # Pydantic's union members show up in error locations ("prompt", "list[int]", 0); they are not fields.
+CLOSE = {"Connection": "close"}
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "StrictInt"}
 
 
@@ -89,8 +92,13 @@ def from_exception(exc: BaseException) -> APIError:
         return APIError(503, "Engine is not running", code="engine_dead")
     if isinstance(exc, TimeoutError):
         return APIError(504, "Request timed out", code="timeout")
+    if isinstance(exc, ClientDisconnect):
+        # The client left (or was cut off) while its body was read: nobody reads this answer.
+        return APIError(400, "Client disconnected before the request body was complete")
     logger.exception("unhandled error", exc_info=exc)
-    return APIError(500, "Internal server error", type="server_error", code="internal_error")
+    # Starlette re-raises after a 500 and uvicorn then drops the connection: say so, so that a client
+    # with requests pipelined behind this one resends them instead of waiting forever.
+    return APIError(500, "Internal server error", type="server_error", code="internal_error", headers=CLOSE)
 
 
 def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
@@ -114,6 +122,9 @@ def validation_message(request: Request, errors: list[dict[str, Any]]) -> APIErr
     loc = tuple(first.get("loc", ()))
     if kind == "json_invalid":
         return APIError(400, "Request body is not valid JSON")
+    if kind == LONE_SURROGATE:
+        field = str((first.get("ctx") or {}).get("field", "body"))
+        return APIError(400, str(first.get("msg", "invalid text"))[:300], param=field)
     if loc == ("body",):
         if kind == "missing":
             return APIError(400, "Request body is required")

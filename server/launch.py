@@ -1,97 +1,36 @@
 """Running the server: the EngineCore process via AsyncLLM, uvicorn with bounded connections, JSON logs,
-and a graceful SIGTERM (stop admitting, drain, shut the engine down, exit 0)."""
+a graceful SIGTERM (stop admitting, drain, shut the engine down, exit 0), and an exit with status 1
+once the engine has died (after the in-flight requests got their errors), so a supervisor restarts
+the whole server: the engine is not restarted in place, as in vLLM."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
-import sys
+import socket
 import time
 from types import FrameType
 from typing import Any
 
-import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from engine.config import EngineConfig, ServerConfig
+from engine.logs import configure_logging
 from server.app import build_app
+from server.http_limits import H11_BACKSTOP_BYTES, cut_unadmitted, guarded_protocol
+from server.listen import PortInUseError, bind_socket
 from server.state import ServerState
 
 logger = logging.getLogger("deltaserve.server")
 
 DRAIN_TIMEOUT_S = 30.0
 """How long SIGTERM waits for in-flight requests before closing anyway."""
-HEADER_TIMEOUT_S = 10.0
-"""A client must deliver a complete request head within this long (slow-loris guard)."""
-MAX_HEADER_BYTES = 64 * 1024
-"""Largest request head; beyond it h11 rejects the request and the connection is closed."""
-MAX_CONNECTIONS = 2048
-"""Open connections plus running requests beyond which uvicorn answers 503."""
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line; ``extra={"request_id": ...}`` fields travel along."""
-
-    _STD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname,
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        out.update({k: v for k, v in record.__dict__.items() if k not in self._STD})
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
-
-
-def configure_logging(level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-
-
-class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol plus a deadline on the request head: uvicorn itself only times out idle
-    keep-alive connections, so a client trickling header bytes could hold a connection forever."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._arm_head_timer()
-
-    def _arm_head_timer(self) -> None:
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._head_timeout)
-
-    def _disarm_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.conn.their_state is h11.IDLE:
-            if self.conn.trailing_data[0]:
-                self._arm_head_timer()  # part of a head is buffered: the clock runs until it completes
-        else:
-            self._disarm_head_timer()
-
-    def _head_timeout(self) -> None:
-        self._head_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_timer()
-        super().connection_lost(exc)
+ENGINE_DEAD_GRACE_S = 5.0
+"""After the engine dies, how long failed requests get to deliver their errors before the exit."""
+EXIT_ENGINE_DEAD = 1
+"""Exit status once the engine died: non-zero so that a supervisor (docker, systemd, k8s) restarts us."""
+EXIT_PORT_BUSY = 2
 
 
 class DrainingServer(uvicorn.Server):
@@ -105,6 +44,7 @@ class DrainingServer(uvicorn.Server):
         self.drain_timeout_s = drain_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
+        self.engine_died = False
 
     async def serve(self, sockets: Any = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -122,7 +62,10 @@ class DrainingServer(uvicorn.Server):
         self._drain_task = asyncio.ensure_future(self._drain(sig))
 
     async def _drain(self, sig: int) -> None:
-        logger.info("draining", extra={"signal": sig, "in_flight": self.state.in_flight})
+        # Clients still sending their request were never admitted: cut them now instead of waiting
+        # out their body timeout inside the drain.
+        cut = cut_unadmitted(self.server_state.connections)
+        logger.info("draining", extra={"signal": sig, "in_flight": self.state.in_flight, "cut": cut})
         t0 = time.monotonic()
         try:
             await asyncio.wait_for(self.state.idle.wait(), self.drain_timeout_s)
@@ -133,23 +76,45 @@ class DrainingServer(uvicorn.Server):
         logger.info("drained", extra={"seconds": round(time.monotonic() - t0, 3)})
         self.should_exit = True
 
+    async def exit_when_engine_dies(self, llm: Any, poll_s: float = 0.2) -> None:
+        """Engine gone: stop admitting, give in-flight requests a moment to deliver their errors (the
+        AsyncLLM fails them at once), then exit non-zero."""
+        while llm.is_alive or self.state.draining:
+            await asyncio.sleep(poll_s)
+        self.engine_died = True
+        self.state.draining = True
+        logger.error("engine died; exiting so that a supervisor restarts the server")
+        try:
+            await asyncio.wait_for(self.state.idle.wait(), ENGINE_DEAD_GRACE_S)
+        except TimeoutError:
+            pass
+        self.should_exit = True
+
 
 async def serve(
-    engine_config: EngineConfig, server_config: ServerConfig, drain_timeout_s: float = DRAIN_TIMEOUT_S
-) -> None:
+    engine_config: EngineConfig,
+    server_config: ServerConfig,
+    drain_timeout_s: float = DRAIN_TIMEOUT_S,
+    sock: socket.socket | None = None,
+) -> int:
+    """Serve until SIGTERM (returns 0) or the engine's death (returns EXIT_ENGINE_DEAD)."""
     from engine.frontend.async_llm import AsyncLLM
 
+    sock = sock or bind_socket(server_config.host, server_config.port)
     llm = await AsyncLLM.create(engine_config, server_config, in_process=False)
     try:
         app = build_app(llm, server_config)
+        cap = server_config.max_connections
         config = uvicorn.Config(
             app,
             host=server_config.host,
             port=server_config.port,
-            http=GuardedH11Protocol,
-            h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+            http=guarded_protocol(server_config.body_read_timeout_s, cap),
+            h11_max_incomplete_event_size=H11_BACKSTOP_BYTES,
             timeout_keep_alive=5,
-            limit_concurrency=MAX_CONNECTIONS,
+            # Our protocol sheds stalled connections at ``cap``; uvicorn's 503 is the last resort for
+            # when every connection is a running request.
+            limit_concurrency=cap + 64,
             backlog=1024,
             timeout_graceful_shutdown=int(drain_timeout_s) + 5,
             log_config=None,
@@ -162,19 +127,35 @@ async def serve(
             "serving",
             extra={"host": server_config.host, "port": server_config.port, "model": llm.model_name},
         )
-        await server.serve()
+        watcher = asyncio.create_task(server.exit_when_engine_dies(llm))
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            watcher.cancel()
+        return EXIT_ENGINE_DEAD if server.engine_died else 0
     finally:
         await llm.shutdown()
+        sock.close()
         logger.info("engine shut down")
 
 
-def run_server(engine_config: EngineConfig, server_config: ServerConfig) -> int:
+def run_server(
+    engine_config: EngineConfig,
+    server_config: ServerConfig,
+    log_level: str = "info",
+    sock: socket.socket | None = None,
+) -> int:
     """Blocking entry point for the CLI; returns the process exit code."""
-    configure_logging()
+    configure_logging(log_level)
+    if sock is None:
+        try:
+            sock = bind_socket(server_config.host, server_config.port)
+        except PortInUseError as e:
+            logger.error(str(e))
+            return EXIT_PORT_BUSY
     # A SIGTERM that lands before uvicorn installs its handlers must not kill us without cleanup.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        asyncio.run(serve(engine_config, server_config))
+        return asyncio.run(serve(engine_config, server_config, sock=sock))
     except KeyboardInterrupt:
         return 0
-    return 0

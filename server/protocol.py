@@ -7,10 +7,13 @@ depend on the model (vocab size, context length) are checked in the routes once 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+
+from server.text_checks import reject_surrogates
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -31,15 +34,23 @@ TemplateScalar = str | int | float | bool | None
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # OpenAI keeps adding keys here (include_obfuscation, ...) and its SDKs send them: ignore, not 400.
+    model_config = ConfigDict(extra="ignore", strict=True)
     include_usage: bool = False
+
+
+# logit_bias keys are token ids written in ASCII decimal; str.isdigit() would also pass "²" or "٣".
+_LOGIT_BIAS_KEY = re.compile(r"[0-9]{1,19}")
 
 
 class _Request(BaseModel):
     """Fields shared by completions and chat (OpenAI names, vLLM extensions)."""
 
     # Clients send newer OpenAI fields all the time; unknown fields are ignored, not errors.
-    model_config = ConfigDict(extra="ignore")
+    # strict: true is not 1 and "3" is not 3, as in OpenAI's API (floats still take ints).
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    _no_surrogates = model_validator(mode="before")(reject_surrogates)
 
     model: str | None = Field(default=None, max_length=512)
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_CAP)
@@ -63,6 +74,14 @@ class _Request(BaseModel):
     stream_options: StreamOptions | None = None
     user: str | None = Field(default=None, max_length=256)
     skip_special_tokens: bool = True
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _ascii_token_keys(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for key in v or {}:
+            if _LOGIT_BIAS_KEY.fullmatch(key) is None:
+                raise ValueError("keys must be token ids written as ASCII decimal integers")
+        return v
 
     @model_validator(mode="after")
     def _check_combinations(self) -> _Request:
@@ -105,13 +124,13 @@ class CompletionRequest(_Request):
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[TextPart] | None = None
     name: str | None = Field(default=None, max_length=256)
@@ -132,7 +151,10 @@ class ChatMessage(BaseModel):
         return "\n".join(p.text for p in self.content)
 
     def as_template_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role, "content": self.text()}
+        # "developer" is OpenAI's newer name for "system"; chat templates only know the latter (vLLM
+        # maps it the same way).
+        role = "system" if self.role == "developer" else self.role
+        out: dict[str, Any] = {"role": role, "content": self.text()}
         for key in ("name", "tool_call_id", "tool_calls", "reasoning_content"):
             value = getattr(self, key)
             if value is not None:
@@ -177,7 +199,9 @@ class ChatCompletionRequest(_Request):
 
 
 class TokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    _no_surrogates = model_validator(mode="before")(reject_surrogates)
     model: str | None = Field(default=None, max_length=512)
     prompt: str | None = None
     messages: list[ChatMessage] | None = Field(default=None, min_length=1, max_length=MAX_MESSAGES)
@@ -195,7 +219,9 @@ class TokenizeRequest(BaseModel):
 
 
 class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    _no_surrogates = model_validator(mode="before")(reject_surrogates)
     model: str | None = Field(default=None, max_length=512)
     tokens: list[TokenId] = Field(max_length=1 << 20)
 

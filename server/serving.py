@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.frontend.input_processor import PromptRequest
 from engine.sampling_params import SamplingParams, TokenLogprobs
+from server.access_log import record
 from server.errors import APIError, from_exception
 from server.metrics import RequestTimer
 from server.protocol import INT64_MIN, ErrorResponse, _Request
@@ -47,7 +48,7 @@ def check_common(body: _Request, st: ServerState) -> None:
     if body.logit_bias:
         vocab = ip.vocab_size
         for key in body.logit_bias:
-            if not (key.isdigit() and len(key) < 20 and int(key) < vocab):
+            if not (key.isascii() and key.isdigit() and len(key) < 20 and int(key) < vocab):
                 raise APIError(
                     400, f"logit_bias contains a token id outside [0, {vocab})", param="logit_bias"
                 )
@@ -154,13 +155,27 @@ async def respond(
     build: Callable[[], dict[str, Any]],
     frames: Callable[[int, Any], list[bytes]],
     tail: Callable[[], list[bytes]],
+    n: int = 1,
+    request_id: str | None = None,
 ) -> Response:
     """Non-streaming: collect every choice, then ``build()`` the body. Streaming: wait for the first
     output (so that queue-full or a dead engine is still a proper status code), then SSE."""
     deadline = Deadline(st.config.request_timeout_s)
+    if request_id is not None:
+        record(request.scope, request_id=request_id)
+
+    def log_usage() -> None:
+        counts = usage(choices, n)
+        record(
+            request.scope,
+            prompt_tokens=counts["prompt_tokens"],
+            completion_tokens=counts["completion_tokens"],
+        )
+
     try:
         if not stream:
             await until_disconnect(request, collect(merged, choices, st, deadline))
+            log_usage()
             return JSONResponse(build())
         first = await until_disconnect(request, merged.next(deadline.remaining()))
     except ClientDisconnected:
@@ -183,6 +198,7 @@ async def respond(
         except Exception as exc:
             failure = from_exception(exc)
         finally:
+            log_usage()
             await merged.close_shielded()
         if failure is not None:
             logger.warning("stream failed: %s", failure.message)

@@ -63,7 +63,10 @@ class MergedOutputs:
         while self._open:
             if timeout is not None and timeout <= 0:
                 raise TimeoutError
-            index, item = await asyncio.wait_for(self._queue.get(), timeout)
+            # Not asyncio.wait_for: on Python 3.11 it returns an item that arrived in the same loop turn
+            # as a cancellation and swallows the cancellation, so a hung-up request generated on.
+            async with asyncio.timeout(timeout):
+                index, item = await self._queue.get()
             if item is None:
                 self._open -= 1
                 continue

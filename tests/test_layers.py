@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Lowest first. A module belongs to the longest prefix listed; engine/ modules not listed are an error
 # (a new top-level module must choose its layer here).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("engine.config", "engine.messages", "engine.sampling_params"),  # the wire: both processes read it
+    # the wire and the log format: both processes read them
+    ("engine.config", "engine.messages", "engine.sampling_params", "engine.logs"),
     ("engine.ops",),
     ("engine.model",),
     ("engine.checkpoints",),  # writes model directories (presets, the embedded default model)

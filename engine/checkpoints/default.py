@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 TINY_NAME = "qwen3.5-tiny"
-_VERSION = "v2"  # bump when the tiny preset changes so stale caches are rewritten
+_VERSION = "v3"  # bump when the tiny preset changes so stale caches are rewritten
 
 
 def ensure_default_model(cache_dir: Path) -> Path:

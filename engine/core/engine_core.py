@@ -212,7 +212,9 @@ def run_engine_core(
     parent_pid: int | None = None,
 ) -> None:
     """Process entry point (spawned by MPClient). Exits non-zero when the engine failed."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s engine: %(message)s")
+    from engine.logs import configure_logging
+
+    configure_logging()  # the same JSON lines as the API process, at its level (inherited env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process decides when we stop
     parent = parent_pid if parent_pid is not None else os.getppid()
     ctx = zmq.Context()

@@ -136,6 +136,16 @@ class AsyncLLM:
             if rid in self._requests or rid in seen:
                 raise InvalidRequestError("request_id", f"request id {rid!r} is already in use")
             seen.add(rid)
+        if len(requests) > self._limit:
+            # Admission is all-or-nothing, so this batch could not start even on an idle server: a 503
+            # with Retry-After would send the client into a retry loop that never succeeds.
+            raise InvalidRequestError(
+                "n",
+                f"this request needs {len(requests)} sequences (prompts x n) but the server admits at most "
+                f"{self._limit} at once (max_num_seqs + max_waiting_requests); split it",
+            )
+        if self.client.input_full():
+            raise QueueFullError("the engine is not keeping up with its input; retry later")
         if len(self._requests) + len(requests) > self._limit:
             raise QueueFullError(
                 f"server busy: {len(self._requests)} requests in flight, limit {self._limit}; retry later"
@@ -170,6 +180,12 @@ class AsyncLLM:
             self.client.add_requests(AddRequests(wave))
         except EngineDeadError as e:
             self._fail_all(e)
+        except QueueFullError as e:  # the input backlog filled since admission: refuse this wave (503)
+            for req in wave:
+                st = self._requests.pop(req.request_id, None)
+                if st is not None:
+                    st.finished = True
+                    st.queue.put_nowait(e)
 
     async def _stream(self, st: RequestState) -> AsyncGenerator[RequestOutput, None]:
         try:
@@ -286,7 +302,7 @@ class AsyncLLM:
 
     def is_ready(self) -> bool:
         """Alive, and not stalled: with requests in flight, the engine finished a step recently."""
-        if not self.is_alive:
+        if not self.is_alive or self.client.input_full():  # full: the engine reads nothing we send
             return False
         if not self._requests:
             return True
@@ -300,9 +316,10 @@ class AsyncLLM:
         call_id = next(self._call_ids)
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._calls[call_id] = fut
-        self.client.utility(UtilityRequest(call_id, method, list(args)))
         try:
-            return await asyncio.wait_for(fut, timeout_s)
+            self.client.utility(UtilityRequest(call_id, method, list(args)))
+            async with asyncio.timeout(timeout_s):  # never swallows a cancellation (3.11 wait_for can)
+                return await fut
         finally:
             self._calls.pop(call_id, None)
 

@@ -2,11 +2,18 @@
 
 Both clients have one interface (:class:`EngineCoreClient`): fire-and-forget inputs, and one async
 output stream that raises :class:`EngineDeadError` once the engine is gone (never hangs).
+
+Nothing here blocks the event loop: MPClient's sends go through a bounded backlog that an I/O thread
+drains into the socket, so a paused engine (SIGSTOP, a stuck GPU, a debugger) fills the backlog and
+new requests get :class:`QueueFullError` (503) while /health keeps answering. Aborts are never
+refused (each frees what an admitted request holds): they join the same ordered backlog, merged with
+an abort already waiting at its end, so an abort never overtakes the wave that added its request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import multiprocessing
 import os
@@ -21,7 +28,7 @@ import zmq
 
 from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore, run_busy_loop, run_engine_core
-from engine.frontend.errors import EngineDeadError
+from engine.frontend.errors import EngineDeadError, QueueFullError
 from engine.messages import (
     AbortRequests,
     AddRequests,
@@ -38,6 +45,11 @@ from engine.worker.step import Runner
 
 logger = logging.getLogger("deltaserve.client")
 
+INPUT_BACKLOG = 1024
+"""Requests (in waves) plus utility calls waiting for the engine's socket beyond which more are refused."""
+ZMQ_SEND_HWM = 64
+"""ZeroMQ's own queue on the input socket is kept short: the backlog above is the bound that counts."""
+
 
 class EngineCoreClient(Protocol):
     ready_info: ReadyInfo
@@ -45,6 +57,7 @@ class EngineCoreClient(Protocol):
     def add_requests(self, wave: AddRequests) -> None: ...
     def abort(self, request_ids: Sequence[str]) -> None: ...
     def utility(self, call: UtilityRequest) -> None: ...
+    def input_full(self) -> bool: ...
     async def get_output(self) -> EngineOutputMsg: ...
     @property
     def is_alive(self) -> bool: ...
@@ -117,6 +130,9 @@ class InprocClient:
     def utility(self, call: UtilityRequest) -> None:
         self._send(call)
 
+    def input_full(self) -> bool:
+        return False  # an in-process queue.Queue: put() never blocks
+
     async def get_output(self) -> EngineOutputMsg:
         return await self._stream.get()
 
@@ -143,11 +159,16 @@ class MPClient:
         self._ctx = zmq.Context()
         self._to_engine = self._ctx.socket(zmq.PUSH)
         self._to_engine.setsockopt(zmq.LINGER, 0)
+        self._to_engine.setsockopt(zmq.SNDHWM, ZMQ_SEND_HWM)
         self._to_engine.bind(addr["to_engine"])
         self._from_engine = self._ctx.socket(zmq.PULL)
         self._from_engine.setsockopt(zmq.LINGER, 0)
         self._from_engine.bind(addr["from_engine"])
-        self._send_lock = threading.Lock()
+        # In order: encoded waves/utility calls, and lists of request ids to abort (encoded when sent).
+        self._backlog: collections.deque[tuple[bytes, int] | list[str]] = collections.deque()
+        self._refusable = 0  # requests and calls in the backlog (aborts excluded): what INPUT_BACKLOG bounds
+        self._backlog_lock = threading.Lock()
+        self._wake = threading.Event()
         self._stream = _OutputStream(loop)
         self._closing = threading.Event()
         self._dead: str | None = None
@@ -171,7 +192,12 @@ class MPClient:
             self.shutdown()
             raise
         ready.close()
-        for target, name in ((self._recv_loop, "engine-output"), (self._watch, "engine-watch")):
+        loops = (
+            (self._recv_loop, "engine-output"),
+            (self._watch, "engine-watch"),
+            (self._send_loop, "engine-input"),
+        )
+        for target, name in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
@@ -212,18 +238,62 @@ class MPClient:
     def is_alive(self) -> bool:
         return self._dead is None and not self._closing.is_set() and self.proc.is_alive()
 
+    def _send_loop(self) -> None:
+        """The only user of the input socket while running: the backlog, in order."""
+        while not self._closing.is_set():
+            self._wake.wait(0.1)
+            self._wake.clear()
+            while not self._closing.is_set():
+                with self._backlog_lock:
+                    if not self._backlog:
+                        break
+                    item = self._backlog.popleft()
+                    if not isinstance(item, list):
+                        self._refusable -= item[1]
+                frame = encode(AbortRequests(item)) if isinstance(item, list) else item[0]
+                if not self._push(frame):
+                    return
+
+    def _push(self, frame: bytes) -> bool:
+        """Send one frame, waiting (on this thread) while the engine does not read; False once closing."""
+        while True:
+            try:
+                self._to_engine.send(frame, zmq.NOBLOCK, copy=False)
+                return True
+            except zmq.Again:
+                if self._closing.is_set() or self._dead is not None:
+                    return False
+                self._to_engine.poll(100, zmq.POLLOUT)
+
     def _send(self, msg: EngineInput) -> None:
         if not self.is_alive:
             raise EngineDeadError(self._dead or "engine is not running")
-        with self._send_lock:
-            self._to_engine.send(encode(msg), copy=False)
+        self._enqueue(encode(msg), len(msg.requests) if isinstance(msg, AddRequests) else 1)
+
+    def _enqueue(self, frame: bytes, weight: int) -> None:
+        with self._backlog_lock:
+            if self._refusable >= INPUT_BACKLOG:
+                raise QueueFullError(
+                    f"the engine is not reading its input ({self._refusable} requests waiting); retry later"
+                )
+            self._backlog.append((frame, weight))
+            self._refusable += weight
+        self._wake.set()
+
+    def input_full(self) -> bool:
+        return self._refusable >= INPUT_BACKLOG
 
     def add_requests(self, wave: AddRequests) -> None:
         self._send(wave)
 
     def abort(self, request_ids: Sequence[str]) -> None:
         if self.is_alive:
-            self._send(AbortRequests(list(request_ids)))
+            with self._backlog_lock:
+                if self._backlog and isinstance(self._backlog[-1], list):
+                    self._backlog[-1].extend(request_ids)
+                else:
+                    self._backlog.append(list(request_ids))
+            self._wake.set()
 
     def utility(self, call: UtilityRequest) -> None:
         self._send(call)
@@ -237,10 +307,13 @@ class MPClient:
             return
         alive = self.is_alive
         self._closing.set()
+        self._wake.set()
+        for t in self._threads:
+            if t.name == "engine-input":
+                t.join(timeout=2.0)  # after this, the input socket is ours alone
         if alive:
             try:
-                with self._send_lock:
-                    self._to_engine.send(encode(Shutdown()), zmq.NOBLOCK)
+                self._to_engine.send(encode(Shutdown()), zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
         if self.proc.pid is not None:

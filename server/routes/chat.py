@@ -131,4 +131,6 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
             return []
         return [sse({**head, "choices": [], "usage": usage(choices, body.n)})]
 
-    return await respond(request, st, merged, choices, body.stream, build, frames, tail)
+    return await respond(
+        request, st, merged, choices, body.stream, build, frames, tail, n=body.n, request_id=request_id
+    )

@@ -72,7 +72,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     raw = _prompt_list(body.prompt)
     if not raw:
         ip.check_prompt([])
-    prompts = [await ip.prompt_ids(p) for p in raw]
+    prompts = await ip.batch_prompt_ids(raw)
     params = []
     for ids in prompts:
         max_tokens = ip.resolve_max_tokens(body.max_tokens, len(ids))
@@ -150,4 +150,6 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
             return []
         return [sse({**head, "choices": [], "usage": usage(choices, body.n)})]
 
-    return await respond(request, st, merged, choices, body.stream, build, frames, tail)
+    return await respond(
+        request, st, merged, choices, body.stream, build, frames, tail, n=body.n, request_id=request_id
+    )

@@ -36,8 +36,7 @@ async def test_mp_generate_and_clean_shutdown():
         outs = [o async for o in llm.generate([5, 6, 7], SamplingParams(max_tokens=5), "a")]
         assert [t for o in outs for t in o.new_token_ids] == expected_tokens([5, 6, 7], 5)
         # A malformed frame sent into the engine's input is dropped; the engine keeps serving.
-        with client._send_lock:
-            client._to_engine.send(b"\x93\xa3bad")
+        client._enqueue(b"\x93\xa3bad", 1)  # through the I/O thread, the socket's only user
         outs = [o async for o in llm.generate([8], SamplingParams(max_tokens=2), "b")]
         assert outs[-1].finished
         assert await llm.call_utility("check") is True

@@ -187,3 +187,19 @@ def test_ab_on_two_real_tiny_servers(tmp_path: Path) -> None:
     tput = summary["ratios"]["output_throughput"]
     assert tput["median"] > 0 and tput["noise_lo"] is not None and tput["noise_hi"] is not None
     assert "A/A noise band" in res.stdout and "output_throughput" in res.stdout
+
+
+def test_benchmarks_md_first_command_as_written(server: str) -> None:
+    """docs/BENCHMARKS.md's first loadgen command runs from a fresh clone as written (only the port
+    is this test server's): vLLM's flag names, the random dataset, no file."""
+    doc = (ROOT / "docs" / "BENCHMARKS.md").read_text()
+    block = doc.split("## First run", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    lines = [" ".join(ln.split()) for ln in block.replace("\\\n", " ").splitlines() if ln.strip()]
+    assert lines[0].startswith("deltaserve serve --port 8000")  # what the fixture runs
+    line = lines[1]
+    assert line.startswith("loadgen run --base-url http://127.0.0.1:8000 --dataset-name random")
+    args = line.split()[1:]
+    args[args.index("--base-url") + 1] = server
+    out = _loadgen(*args, "--no-progress")
+    table = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in out.stdout.splitlines())}
+    assert table["Successful requests"] == "32" and table["Failed requests"] == "0", out.stdout
