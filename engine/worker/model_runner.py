@@ -21,6 +21,7 @@ from engine.model.forward_batch import ForwardBatch, SeqSpec
 from engine.model.loader import build_model
 from engine.ops import make_ops
 from engine.worker.cuda_graphs import MAX_GRAPH_KV_TOKENS, DecodeGraphs
+from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
 from engine.worker.resolve import resolve_model
 from engine.worker.sampler import Sampler
 from engine.worker.step import SamplerOutput, ScheduledSeq
@@ -73,7 +74,7 @@ class ModelRunner:
             self.dtype,
             self.device,
         )
-        self.sampler = Sampler(self.device, mc.seed)
+        self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids)
         self.graphs: DecodeGraphs | None = None
         if self.device.type == "cuda" and not mc.enforce_eager:
             max_blocks = math.ceil(self.max_model_len / self.block_size)
@@ -133,18 +134,30 @@ class ModelRunner:
         return self.model(batch, self.cache)
 
     def execute_model(self, seqs: list[ScheduledSeq]) -> SamplerOutput:
-        key = self.graphs.bucket(seqs) if self.graphs is not None else None
-        if key is not None:
-            logits = self.graphs.run(seqs, key)  # type: ignore[union-attr]
+        scored: list = []
+        if wants_prompt_logprobs(seqs):
+            # The prompt's own hidden states are kept for scoring, so this step runs eagerly.
+            fb = ForwardBatch.build(seqs, self.block_size, self.device)
+            hidden = self.model.hidden_states(fb, self.cache)
+            logits = self.model.compute_logits(hidden[fb.logits_indices])
+            scored = prompt_logprobs(self.model.compute_logits, hidden, seqs, fb.query_start_loc_cpu)
         else:
-            logits = self.execute(ForwardBatch.build(seqs, self.block_size, self.device))
+            key = self.graphs.bucket(seqs) if self.graphs is not None else None
+            if key is not None:
+                logits = self.graphs.run(seqs, key)  # type: ignore[union-attr]
+            else:
+                logits = self.execute(ForwardBatch.build(seqs, self.block_size, self.device))
         sampled = [s for s in seqs if s.sample]
         if not sampled:
-            return SamplerOutput([], [])
+            return SamplerOutput([], [], scored)
         ids, logprobs = self.sampler.sample(
-            logits, [s.params for s in sampled], [s.num_output for s in sampled]
+            logits,
+            [s.params for s in sampled],
+            [s.num_output for s in sampled],
+            [s.history for s in sampled],
+            [s.num_prompt for s in sampled],
         )
-        return SamplerOutput(ids, logprobs)
+        return SamplerOutput(ids, logprobs, scored)
 
     def device_memory(self) -> tuple[int, int]:
         """(bytes in use on the device now, peak seen at step ends); includes CuPy and the CUDA context.

@@ -4,6 +4,8 @@ Greedy is ``argmax`` over fp32 logits, which returns the lowest index among ties
 Random sampling uses the exponential-race trick (argmax of p / E with E ~ Exp(1)), which draws
 exactly from p. A seeded request draws its noise from a generator seeded by (seed, output index),
 so its tokens do not depend on which other requests share the batch, nor on preemption.
+Penalties, logit_bias, bad words and min_tokens (engine/worker/penalties.py) shape the logits that are
+sampled from; logprobs are those of the model's raw logits, as vLLM reports them by default.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from engine.sampling_params import SamplingParams, TokenLogprobs
+from engine.worker.penalties import adjust_logits
 
 _MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: decorrelates consecutive (seed, step) pairs
 
@@ -22,8 +25,9 @@ def _row_seed(seed: int, step: int) -> int:
 
 
 class Sampler:
-    def __init__(self, device: torch.device | str, seed: int = 0):
+    def __init__(self, device: torch.device | str, seed: int = 0, eos_token_ids: Sequence[int] = ()):
         self.device = torch.device(device)
+        self.eos_token_ids = tuple(eos_token_ids)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
 
@@ -69,8 +73,13 @@ class Sampler:
         logits: torch.Tensor,  # [S, V] fp32
         params: Sequence[SamplingParams],
         steps: Sequence[int],  # tokens each request generated before this one
+        histories: Sequence[Sequence[int]] = (),  # prompt + output per row; needed by penalties
+        num_prompt: Sequence[int] = (),
     ) -> tuple[list[int], list[TokenLogprobs | None]]:
         greedy = [p.greedy for p in params]
+        raw = logits
+        if any(p.adjusts_logits for p in params):
+            logits = adjust_logits(logits, params, histories, num_prompt, self.eos_token_ids)
         tokens = logits.argmax(dim=-1)
         if not all(greedy):
             rand = [i for i, g in enumerate(greedy) if not g]
@@ -81,7 +90,7 @@ class Sampler:
         want = [p.logprobs is not None for p in params]
         if not any(want):
             return tokens.tolist(), [None] * len(params)
-        logp = torch.log_softmax(logits, dim=-1)
+        logp = torch.log_softmax(raw, dim=-1)
         k = max(p.logprobs or 0 for p in params)
         chosen = logp.gather(1, tokens[:, None])[:, 0].tolist()
         top = logp.topk(k, dim=-1) if k else None

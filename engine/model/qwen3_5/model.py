@@ -49,6 +49,17 @@ class Qwen35Model(nn.Module):
     @torch.inference_mode()
     def forward(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
         """Returns fp32 logits ``[len(fb.logits_indices), vocab]`` for the sampled positions."""
+        return self.compute_logits(self.hidden_states(fb, cache)[fb.logits_indices])
+
+    @torch.inference_mode()
+    def compute_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Final norm and lm_head of some rows of :meth:`hidden_states`: ``[R, hidden] -> [R, vocab]`` fp32.
+        The norm is per row, so gathering rows first and normalising after is exact."""
+        return F.linear(self.ops.rms_norm(h, self.norm, self.cfg.rms_norm_eps), self.lm_head).float()
+
+    @torch.inference_mode()
+    def hidden_states(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
+        """The last decoder layer's output for every token, before the final norm: [T, hidden]."""
         ops, eps = self.ops, self.cfg.rms_norm_eps
         h = F.embedding(fb.input_ids, self.embed_tokens)  # [T, hidden]
         meta = GDNMeta.from_batch(fb)
@@ -64,8 +75,7 @@ class Qwen35Model(nn.Module):
                 x = mixer(x, fb, cache.k_cache[j], cache.v_cache[j], ops)
             h = h + x
             h = h + layer.mlp(ops.rms_norm(h, layer.post_norm, eps))
-        h = ops.rms_norm(h[fb.logits_indices], self.norm, eps)
-        return F.linear(h, self.lm_head).float()
+        return h
 
     def cache_spec(self) -> CacheSpec:
         """What the pools hold for this model: paged K/V per gated-attention layer, a conv and a
