@@ -40,6 +40,9 @@ class ModelConfig:
     """Seed for dummy weights and unseeded sampling."""
     enforce_eager: bool = False
     """Never replay decode steps from CUDA graphs (graphs are used on CUDA otherwise)."""
+    generation_config: str = "auto"
+    """Sampling defaults for requests that omit them: auto (the checkpoint's generation_config.json),
+    vllm (ignore it), or a directory holding a generation_config.json."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,12 @@ class ServerConfig:
     """/ready turns 503 when requests wait and no engine step finished for this long."""
     request_timeout_s: float = 600.0
     """A request still running after this long is aborted."""
+    reasoning_parser: str = ""
+    """qwen3: chat output between <think> and </think> becomes reasoning_content (empty: off)."""
+    enable_auto_tool_choice: bool = False
+    """Parse the model's tool calls into tool_calls when tools are sent (needs --tool-call-parser)."""
+    tool_call_parser: str = ""
+    """qwen3_coder (Qwen3.5's XML tool calls) or hermes (JSON inside <tool_call>)."""
 
 
 @dataclass(frozen=True)
