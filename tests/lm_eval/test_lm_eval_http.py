@@ -21,9 +21,9 @@ import httpx
 import pytest
 
 from engine.config import EngineConfig, ModelConfig, resolve_model
+from engine.frontend.tokenizer import Tokenizer
 from engine.generate import score_prompts
-from engine.runner import ModelRunner
-from engine.tokenizer import Tokenizer
+from engine.worker.model_runner import ModelRunner
 from tests.procs import free_port
 
 pytest.importorskip("lm_eval")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.step import SamplerOutput, ScheduledSeq
+from engine.worker.step import SamplerOutput, ScheduledSeq
 
 
 class CannedRunner:

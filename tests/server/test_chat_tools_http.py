@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from engine.config import EngineConfig, ModelConfig, ServerConfig, resolve_model
-from engine.tokenizer import Tokenizer
+from engine.frontend.tokenizer import Tokenizer
 from server.app import build_app
 from tests.server.canned_runner import CannedRunner
 from tests.server.conftest import assert_openai_error
@@ -43,7 +43,7 @@ MSGS = [{"role": "user", "content": "Weather in Paris for 2 days?"}]
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def setup() -> AsyncIterator[tuple[openai.AsyncOpenAI, CannedRunner, Tokenizer]]:
-    from engine.async_llm import AsyncLLM
+    from engine.frontend.async_llm import AsyncLLM
 
     cfg = EngineConfig(model=resolve_model(ModelConfig()))
     tok = Tokenizer.from_dir(cfg.model.model)
