@@ -20,7 +20,7 @@ from engine.worker.resolve import resolve_model
 
 def _config(budget: int = 2048) -> EngineConfig:
     return EngineConfig(
-        model=resolve_model(ModelConfig(max_model_len=1024)),
+        model=resolve_model(ModelConfig(device="cpu", max_model_len=1024)),  # the CPU fp32 path, everywhere
         cache=CacheConfig(block_size=16),
         scheduler=SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=4),
     )
