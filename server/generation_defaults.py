@@ -35,6 +35,7 @@ def load_defaults(mode: str, model_dir: str) -> dict[str, Any]:
     if not path.is_file():
         if mode != "auto":
             raise ValueError(f"--generation-config {mode}: no generation_config.json there")
+        logger.info("generation config: none in %s; the API defaults apply", root)
         return {}
     raw = json.loads(path.read_text(encoding="utf-8"))
     out: dict[str, Any] = {}
@@ -42,8 +43,7 @@ def load_defaults(mode: str, model_dir: str) -> dict[str, Any]:
         value = raw.get(key) if isinstance(raw, dict) else None
         if isinstance(value, int | float) and not isinstance(value, bool):
             out[field] = value
-    if out:
-        logger.info("generation config: defaults for requests that omit them: %s (from %s)", out, path)
+    logger.info("generation config: defaults for requests that omit them: %s (from %s)", out or "none", path)
     return out
 
 
