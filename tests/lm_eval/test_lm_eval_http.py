@@ -20,10 +20,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.config import EngineConfig, ModelConfig, resolve_model
+from engine.config import EngineConfig, ModelConfig
 from engine.frontend.tokenizer import Tokenizer
 from engine.generate import score_prompts
 from engine.worker.model_runner import ModelRunner
+from engine.worker.resolve import resolve_model
 from tests.procs import free_port
 
 pytest.importorskip("lm_eval")

@@ -12,8 +12,9 @@ import openai
 import pytest
 import pytest_asyncio
 
-from engine.config import EngineConfig, ModelConfig, ServerConfig, resolve_model
+from engine.config import EngineConfig, ModelConfig, ServerConfig
 from engine.frontend.tokenizer import Tokenizer
+from engine.worker.resolve import resolve_model
 from server.app import build_app
 from tests.server.canned_runner import CannedRunner
 from tests.server.conftest import assert_openai_error

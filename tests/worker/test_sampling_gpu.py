@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, resolve_model
+from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
 from engine.core.engine_core import EngineCore
 from engine.generate import score_prompts
 from engine.messages import AddRequests, EngineRequest
 from engine.sampling_params import SamplingParams
 from engine.worker.model_runner import ModelRunner
+from engine.worker.resolve import resolve_model
 
 pytestmark = pytest.mark.gpu
 
