@@ -103,7 +103,7 @@ def test_lm_eval_loglikelihood_and_generate_until(server: str, tmp_path: Path) -
 
     tok = Tokenizer.from_dir(model_dir)
     runner = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
-    checked = 0
+    checked, worst = 0, 0.0
     for sample in _samples(out, "deltaserve_tiny_choice"):
         for i, resp in enumerate(sample["resps"]):
             arg = sample["arguments"][f"gen_args_{i}"]
@@ -112,7 +112,8 @@ def test_lm_eval_loglikelihood_and_generate_until(server: str, tmp_path: Path) -
             ours = sum(s.logprob for s in scored[len(ctx) - 1 :])
             theirs = float(resp[0][0])
             assert abs(theirs - ours) <= 1e-4, (arg, theirs, ours)
-            checked += 1
+            checked, worst = checked + 1, max(worst, abs(theirs - ours))
     assert checked == 11
+    print(f"lm-eval vs offline prompt logprobs: {checked} loglikelihoods, max |diff| {worst:.3g}")
     gens = _samples(out, "deltaserve_tiny_gen")
     assert len(gens) == 3 and all(isinstance(g["filtered_resps"][0], str) for g in gens)
