@@ -40,6 +40,9 @@ class ModelConfig:
     """Seed for dummy weights and unseeded sampling."""
     enforce_eager: bool = False
     """Never replay decode steps from CUDA graphs (graphs are used on CUDA otherwise)."""
+    generation_config: str = "auto"
+    """Sampling defaults for requests that omit them: auto (the checkpoint's generation_config.json),
+    vllm (ignore it), or a directory holding a generation_config.json."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,12 @@ class ServerConfig:
     """A request body not fully received this long after its head is cut off with 408."""
     max_connections: int = 2048
     """Open connections beyond which the oldest one still sending its request is closed."""
+    reasoning_parser: str = ""
+    """qwen3: chat output between <think> and </think> becomes reasoning_content (empty: off)."""
+    enable_auto_tool_choice: bool = False
+    """Parse the model's tool calls into tool_calls when tools are sent (needs --tool-call-parser)."""
+    tool_call_parser: str = ""
+    """qwen3_coder (Qwen3.5's XML tool calls) or hermes (JSON inside <tool_call>)."""
 
 
 @dataclass(frozen=True)

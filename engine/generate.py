@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import SamplingParams, TokenLogprobs
 from engine.worker.model_runner import ModelRunner
 from engine.worker.step import ScheduledSeq
 
@@ -103,3 +103,38 @@ def generate(
             outs[i].append(tok)
             done[i] = stop_at_eos and tok in eos
     return outs
+
+
+def score_prompts(
+    runner: ModelRunner,
+    prompts: Sequence[Sequence[int]],
+    top_k: int = 0,
+    prefill_chunks: Sequence[int] | None = None,
+) -> list[list[TokenLogprobs]]:
+    """Prompt logprobs (tokens 1..) of each prompt, from its prefill alone, one prompt at a time."""
+    bs = runner.block_size
+    params = SamplingParams(temperature=0.0, max_tokens=0, prompt_logprobs=top_k)
+    out = []
+    for p in prompts:
+        table = list(range(1, math.ceil(len(p) / bs) + 1))
+        if len(table) >= runner.num_kv_blocks:
+            raise ValueError(f"a prompt of {len(p)} tokens does not fit the KV pool")
+        scored: list[TokenLogprobs] = []
+        done = 0
+        for n in _chunks(len(p), prefill_chunks):
+            seq = ScheduledSeq(
+                token_ids=list(p[done : done + n]),
+                num_computed=done,
+                block_ids=table,
+                state_slot=1,
+                sample=done + n == len(p),
+                params=params,
+                history=p,
+                num_prompt=len(p),
+                prompt_lp_from=len(scored),
+            )
+            result = runner.execute_model([seq])
+            scored.extend(result.prompt_logprobs[0] or [])
+            done += n
+        out.append(scored)
+    return out

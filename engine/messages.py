@@ -84,6 +84,8 @@ class EngineOutput(_Wire):
     finish_reason: FinishReason | None = None
     stop_token: int | None = None
     error: str | None = None
+    prompt_logprobs: list[TokenLogprobs] | None = None
+    """Every prompt token but the first, scored; on a request's first output only."""
 
 
 class EngineOutputs(_Wire, tag="outputs"):

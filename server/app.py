@@ -55,14 +55,33 @@ def build_app(llm: EngineClient, server_config: ServerConfig | None = None) -> F
     from server.access_log import AccessLogMiddleware
     from server.auth import APIKeyMiddleware
     from server.http_limits import FramingMiddleware
+    from server.generation_defaults import load_defaults
+    from server.reasoning import PARSERS as REASONING_PARSERS
     from server.routes.chat import router as chat_router
     from server.routes.completions import router as completions_router
     from server.routes.misc import router as misc_router
+    from server.tool_parsers import PARSERS as TOOL_PARSERS
 
     config = server_config or ServerConfig()
+    if config.reasoning_parser and config.reasoning_parser not in REASONING_PARSERS:
+        raise ValueError(f"--reasoning-parser {config.reasoning_parser!r}: known are {REASONING_PARSERS}")
+    if config.tool_call_parser and config.tool_call_parser not in TOOL_PARSERS:
+        raise ValueError(f"--tool-call-parser {config.tool_call_parser!r}: known are {sorted(TOOL_PARSERS)}")
+    if config.enable_auto_tool_choice and not config.tool_call_parser:
+        raise ValueError("--enable-auto-tool-choice needs --tool-call-parser")
     metrics = Metrics(llm.model_name, _device_name(llm))
     metrics.set_memory_split(_memory_split(llm))
-    state = ServerState(llm=llm, config=config, metrics=metrics, model_name=llm.model_name)
+    model_cfg = getattr(getattr(llm, "config", None), "model", None)
+    model_dir = str(getattr(model_cfg, "model", "") or "")
+    defaults = load_defaults(getattr(model_cfg, "generation_config", "auto"), model_dir) if model_dir else {}
+    state = ServerState(
+        llm=llm,
+        config=config,
+        metrics=metrics,
+        model_name=llm.model_name,
+        defaults=defaults,
+        model_root=model_dir or None,
+    )
     state.idle.set()
 
     @contextlib.asynccontextmanager

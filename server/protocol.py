@@ -24,6 +24,7 @@ MAX_STOP_LEN = 256
 MAX_STOP_TOKEN_IDS = 64
 MAX_PROMPTS = 256
 MAX_MESSAGES = 4096
+MAX_BAD_WORDS = 64
 # Hard ceiling for token counts before the model's own max_model_len is known.
 MAX_TOKENS_CAP = 1 << 24
 
@@ -53,7 +54,8 @@ class _Request(BaseModel):
     _no_surrogates = model_validator(mode="before")(reject_surrogates)
 
     model: str | None = Field(default=None, max_length=512)
-    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_CAP)
+    max_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS_CAP)
+    """0 only with echo / prompt_logprobs (the prompt is scored, nothing generated)."""
     n: int = Field(default=1, ge=1, le=MAX_N)
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0, allow_inf_nan=False)
@@ -70,6 +72,20 @@ class _Request(BaseModel):
     ignore_eos: bool = False
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0, allow_inf_nan=False)
+    bad_words: Annotated[list[StopStr], Field(max_length=MAX_BAD_WORDS)] | None = None
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    # Declared so that they are refused by name (server/request_fields.py) rather than ignored.
+    response_format: dict[str, Any] | None = None
+    include_stop_str_in_output: bool = False
+    allowed_token_ids: list[TokenId] | None = Field(default=None, max_length=1 << 16)
+    use_beam_search: bool = False
+    truncate_prompt_tokens: int | None = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structured_outputs: Any = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(default=None, max_length=256)
@@ -89,8 +105,6 @@ class _Request(BaseModel):
             raise ValueError("best_of must equal n (beam search and best-of sampling are not supported)")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed when stream is true")
-        if self.presence_penalty or self.frequency_penalty:
-            raise ValueError("presence_penalty and frequency_penalty are not supported")
         return self
 
     def stop_list(self) -> list[str]:
@@ -168,6 +182,14 @@ class ChatCompletionRequest(_Request):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    echo: bool = False
+    functions: list[dict[str, Any]] | None = Field(default=None, max_length=128)
+    function_call: str | dict[str, Any] | None = None
+    documents: list[dict[str, Any]] | None = Field(default=None, max_length=128)
     chat_template_kwargs: dict[str, TemplateScalar] | None = Field(default=None, max_length=16)
     # Declared only so that it can be refused: templates come from the model directory, never a request.
     chat_template: Any = None
@@ -234,6 +256,10 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int = Field(default_factory=lambda: int(time.time()))
     owned_by: str = "deltaserve"
+    root: str | None = None
+    """The checkpoint the served name stands for (vLLM: the model path clients load a tokenizer from)."""
+    parent: str | None = None
+    """Set for adapters; a base model has none."""
     max_model_len: int | None = None
 
 

@@ -17,8 +17,10 @@ from engine.frontend.input_processor import PromptRequest
 from engine.sampling_params import SamplingParams, TokenLogprobs
 from server.access_log import record
 from server.errors import APIError, from_exception
+from server.generation_defaults import default
 from server.metrics import RequestTimer
 from server.protocol import INT64_MIN, ErrorResponse, _Request
+from server.request_fields import refuse_unsupported
 from server.state import ServerState
 from server.streaming import (
     SSE_DONE,
@@ -38,26 +40,71 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 # Checks ----------------------------------------------------------
 
 
-def check_common(body: _Request, st: ServerState) -> None:
-    """Checks that need the model before any prompt is read: the model name, stop token ids,
-    logit_bias (validated, then refused), the max_tokens bound."""
+@dataclass(frozen=True)
+class RequestSampling:
+    """The sampling fields of one request, resolved once: checkpoint defaults, token-level lists."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    repetition_penalty: float
+    logit_bias: tuple[tuple[int, float], ...]
+    bad_words: tuple[tuple[int, ...], ...]
+
+
+def check_common(body: _Request, st: ServerState) -> RequestSampling:
+    """Checks that need the model before any prompt is read (the model name, refused fields, stop
+    token ids, logit_bias ids, the max_tokens bound), and the request's resolved sampling fields."""
     st.check_model(body.model)
+    refuse_unsupported(body)
     ip = st.llm.input_processor
     if body.stop_token_ids:
         ip.check_token_ids(body.stop_token_ids, "stop_token_ids")
-    if body.logit_bias:
-        vocab = ip.vocab_size
-        for key in body.logit_bias:
-            if not (key.isascii() and key.isdigit() and len(key) < 20 and int(key) < vocab):
-                raise APIError(
-                    400, f"logit_bias contains a token id outside [0, {vocab})", param="logit_bias"
-                )
-        raise APIError(400, "logit_bias is not supported", param="logit_bias")
+    vocab = ip.vocab_size
+    bias: list[tuple[int, float]] = []
+    for key, value in (body.logit_bias or {}).items():
+        if not (key.isascii() and key.isdigit() and len(key) < 20 and int(key) < vocab):
+            raise APIError(400, f"logit_bias contains a token id outside [0, {vocab})", param="logit_bias")
+        bias.append((int(key), float(value)))
     ip.check_max_tokens(body.max_tokens)
+    d = st.defaults
+    return RequestSampling(
+        temperature=default(body, "temperature", d),
+        top_p=default(body, "top_p", d),
+        top_k=max(int(default(body, "top_k", d)), 0),
+        min_p=default(body, "min_p", d),
+        repetition_penalty=default(body, "repetition_penalty", d),
+        logit_bias=tuple(bias),
+        bad_words=bad_word_ids(st, body.bad_words or []),
+    )
+
+
+def bad_word_ids(st: ServerState, words: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+    """Each word as tokens, alone and after a space (vLLM): mid-sentence words carry the space."""
+    tok = st.llm.tokenizer
+    out: list[tuple[int, ...]] = []
+    for w in words:
+        for variant in (w, " " + w.lstrip()) if not w.startswith(" ") else (w,):
+            ids = tuple(tok.encode(variant))
+            if ids and ids not in out:
+                out.append(ids)
+    return tuple(out)
+
+
+def check_zero_max_tokens(max_tokens: int | None, scores_prompt: bool) -> None:
+    if max_tokens == 0 and not scores_prompt:
+        msg = "max_tokens must be at least 1 (0 only with echo or prompt_logprobs)"
+        raise APIError(400, msg, param="max_tokens")
 
 
 def sampling_params(
-    body: _Request, max_tokens: int, logprobs: int | None, sample_index: int
+    body: _Request,
+    rs: RequestSampling,
+    max_tokens: int,
+    logprobs: int | None,
+    sample_index: int,
+    prompt_logprobs: int | None = None,
 ) -> SamplingParams:
     seed = body.seed
     if seed is not None and sample_index:
@@ -65,15 +112,21 @@ def sampling_params(
         seed = (seed + sample_index - INT64_MIN) % 2**64 + INT64_MIN
     return SamplingParams(
         max_tokens=max_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=max(body.top_k, 0),
-        min_p=body.min_p,
+        temperature=rs.temperature,
+        top_p=rs.top_p,
+        top_k=rs.top_k,
+        min_p=rs.min_p,
         seed=seed,
         stop_token_ids=tuple(body.stop_token_ids or ()),
         ignore_eos=body.ignore_eos,
         min_tokens=body.min_tokens,
         logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+        repetition_penalty=rs.repetition_penalty,
+        logit_bias=rs.logit_bias,
+        bad_words=rs.bad_words,
     )
 
 
@@ -104,6 +157,7 @@ class ChoiceState:
     text: list[str] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprobs] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprobs] | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     num_prompt_tokens: int = 0
@@ -118,6 +172,8 @@ class ChoiceState:
         self.token_ids.extend(out.new_token_ids)
         if out.logprobs:
             self.logprobs.extend(out.logprobs)
+        if out.prompt_logprobs is not None:
+            self.prompt_logprobs = list(out.prompt_logprobs)
         self.num_prompt_tokens = out.num_prompt_tokens or len(self.prompt_ids)
         self.num_output_tokens = out.num_output_tokens or len(self.token_ids)
         if out.finished:

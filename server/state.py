@@ -50,6 +50,10 @@ class ServerState:
     draining: bool = False
     in_flight: int = 0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """Request-field defaults from generation_config.json (server/generation_defaults.py)."""
+    model_root: str | None = None
+    """The checkpoint directory (``root`` in /v1/models)."""
 
     def check_model(self, name: str | None) -> None:
         # An absent model means the only one we serve (vLLM does the same).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from engine.sampling_params import FinishReason, SamplingParams
+from engine.sampling_params import FinishReason, SamplingParams, TokenLogprobs
 
 
 class RequestStatus(enum.Enum):
@@ -30,6 +30,7 @@ class Request:
         "num_preemptions",
         "ever_scheduled",
         "arrival_time",
+        "prompt_logprobs",
     )
 
     def __init__(
@@ -47,6 +48,8 @@ class Request:
         self.num_preemptions = 0
         self.ever_scheduled = False
         self.arrival_time = arrival_time
+        self.prompt_logprobs: list[TokenLogprobs] = []
+        """Scored prompt tokens (positions 1..), collected over prefill chunks; sent with the first output."""
 
     @property
     def num_tokens(self) -> int:

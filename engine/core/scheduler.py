@@ -71,7 +71,7 @@ class Scheduler:
             return f"duplicate request id {req.request_id!r}"
         if req.num_prompt_tokens == 0:
             return "empty prompt"
-        if req.params.max_tokens < 1:
+        if req.params.max_tokens < (0 if req.params.prompt_logprobs is not None else 1):
             return "max_tokens must be >= 1"
         if req.max_num_tokens > self.max_model_len:
             return (
@@ -180,23 +180,40 @@ class Scheduler:
             request_id=req.request_id,
             params=req.params,
             num_output=req.num_output,
+            history=req.token_ids,
+            num_prompt=req.num_prompt_tokens,
+            prompt_lp_from=len(req.prompt_logprobs),
         )
 
     def update(self, out: SchedulerOutput, sampled: SamplerOutput) -> list[EngineOutput]:
         """Advance ``num_computed``, append sampled tokens, finish requests that stopped."""
         results: list[EngineOutput] = []
         k = 0
-        for seq, req in zip(out.seqs, out.requests, strict=True):
+        scored = sampled.prompt_logprobs
+        for i, (seq, req) in enumerate(zip(out.seqs, out.requests, strict=True)):
             if req.is_finished:  # aborted between schedule and update; its slot of samples still counts
                 k += int(seq.sample)
                 continue
             req.num_computed += len(seq.token_ids)
+            if scored and scored[i]:
+                req.prompt_logprobs.extend(scored[i])  # type: ignore[arg-type]
             if not seq.sample:
                 continue
             token = sampled.token_ids[k]
             lp = sampled.logprobs[k] if k < len(sampled.logprobs) else None
             k += 1
+            prompt_lps = req.prompt_logprobs if req.params.prompt_logprobs is not None else None
+            if req.params.max_tokens == 0:  # prompt scoring only: the sampled token is dropped
+                self.running.remove(req)
+                self._finish(req, FinishReason.LENGTH)
+                done = EngineOutput(
+                    req.request_id, finish_reason=FinishReason.LENGTH, prompt_logprobs=prompt_lps
+                )
+                results.append(done)
+                continue
             req.token_ids.append(token)
+            if req.num_output != 1:
+                prompt_lps = None
             reason = self._stop_reason(req, token)
             if reason is not None:
                 if reason is FinishReason.STOP:
@@ -210,6 +227,7 @@ class Scheduler:
                     [lp] if lp is not None else None,
                     finish_reason=reason,
                     stop_token=req.stop_token,
+                    prompt_logprobs=prompt_lps,
                 )
             )
         if k != len(sampled.token_ids):

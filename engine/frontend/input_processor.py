@@ -126,7 +126,8 @@ class InputProcessor:
         p = req.params
         self.check_prompt(req.prompt_token_ids, "prompt")
         self.check_token_ids(p.stop_token_ids, "stop_token_ids")
-        if p.max_tokens < 1:
+        # 0 only when the prompt is scored (echo / prompt_logprobs): nothing is generated then.
+        if p.max_tokens < (0 if p.prompt_logprobs is not None else 1):
             raise InvalidRequestError("max_tokens", "max_tokens must be at least 1")
         if p.min_tokens > p.max_tokens:
             raise InvalidRequestError("min_tokens", "min_tokens must not exceed max_tokens")

@@ -36,6 +36,8 @@ class RequestOutput:
     """time.monotonic() when generate() registered the request."""
     first_token_time: float | None
     """time.monotonic() when the first output token reached AsyncLLM."""
+    prompt_logprobs: list[TokenLogprobs] | None = None
+    """Prompt tokens 1.. scored (params.prompt_logprobs set); on the first delta only."""
 
 
 class Detokenizer(Protocol):
@@ -99,6 +101,7 @@ class RequestState:
             num_output_tokens=self.num_output,
             arrival_time=self.arrival_time,
             first_token_time=self.first_token_time,
+            prompt_logprobs=list(out.prompt_logprobs) if out.prompt_logprobs is not None else None,
         )
         return ro, matched is not None and not engine_done
 

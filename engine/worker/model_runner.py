@@ -31,6 +31,7 @@ from engine.worker.memory import (
     parse_bytes,
     state_slots_that_fit,
 )
+from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
 from engine.worker.resolve import resolve_model
 from engine.worker.sampler import Sampler
 from engine.worker.step import SamplerOutput, ScheduledSeq
@@ -94,7 +95,7 @@ class ModelRunner:
             self.dtype,
             self.device,
         )
-        self.sampler = Sampler(self.device, mc.seed)
+        self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids)
         if use_graphs:
             self.graphs = DecodeGraphs(self.model, self.cache, self.num_state_slots - 1, max_blocks)
             self.graphs.capture_largest()
@@ -235,17 +236,29 @@ class ModelRunner:
         sampled = [s for s in seqs if s.sample]
         # The sampling tensors go to the device ahead of the forward, once per step.
         batch = self.sampler.prepare(
-            [s.params for s in sampled], [s.num_output for s in sampled], self.vocab_size
+            [s.params for s in sampled],
+            [s.num_output for s in sampled],
+            self.vocab_size,
+            [s.history for s in sampled],
+            [s.num_prompt for s in sampled],
         )
-        key = self.graphs.bucket(seqs) if self.graphs is not None else None
-        if key is not None:
-            logits = self.graphs.run(seqs, key)  # type: ignore[union-attr]
+        scored: list = []
+        if wants_prompt_logprobs(seqs):
+            # The prompt's own hidden states are kept for scoring, so this step runs eagerly.
+            fb = ForwardBatch.build(seqs, self.block_size, self.device)
+            hidden = self.model.hidden_states(fb, self.cache)
+            logits = self.model.compute_logits(hidden[fb.logits_indices])
+            scored = prompt_logprobs(self.model.compute_logits, hidden, seqs, fb.query_start_loc_cpu)
         else:
-            logits = self.execute(ForwardBatch.build(seqs, self.block_size, self.device))
+            key = self.graphs.bucket(seqs) if self.graphs is not None else None
+            if key is not None:
+                logits = self.graphs.run(seqs, key)  # type: ignore[union-attr]
+            else:
+                logits = self.execute(ForwardBatch.build(seqs, self.block_size, self.device))
         if not sampled:
-            return SamplerOutput([], [])
+            return SamplerOutput([], [], scored)
         ids, logprobs = self.sampler.sample(logits, batch)
-        return SamplerOutput(ids, logprobs)
+        return SamplerOutput(ids, logprobs, scored)
 
     def device_memory(self) -> tuple[int, int]:
         """(bytes in use on the device now, peak seen at step ends); includes CuPy and the CUDA context.

@@ -4,6 +4,8 @@ Greedy is ``argmax`` over fp32 logits, which returns the lowest index among ties
 Random sampling uses the exponential-race trick (argmax of p / E with E ~ Exp(1)), which draws
 exactly from p. A seeded request draws its noise from a generator seeded by (seed, output index),
 so its tokens do not depend on which other requests share the batch, nor on preemption.
+Penalties, logit_bias, bad words and min_tokens (engine/worker/penalties.py) shape the logits that are
+sampled from; logprobs are those of the model's raw logits, as vLLM reports them by default.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.sampling_params import SamplingParams, TokenLogprobs
+from engine.worker.penalties import adjust_logits
 
 _MIX = 0x9E3779B97F4A7C15  # golden-ratio constant: decorrelates consecutive (seed, step) pairs
 
@@ -38,15 +41,27 @@ class SamplingBatch:
     min_p: torch.Tensor | None  # [R]
     max_logprobs: int | None
     """The most alternatives any row asked for; None when no row wants logprobs."""
+    histories: tuple[Sequence[int], ...] = ()
+    """Prompt + output tokens per row, read only when some row adjusts its logits (penalties...)."""
+    num_prompt: tuple[int, ...] = ()
+    adjusts: bool = False
 
 
 class Sampler:
-    def __init__(self, device: torch.device | str, seed: int = 0):
+    def __init__(self, device: torch.device | str, seed: int = 0, eos_token_ids: Sequence[int] = ()):
         self.device = torch.device(device)
+        self.eos_token_ids = tuple(eos_token_ids)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
 
-    def prepare(self, params: Sequence[SamplingParams], steps: Sequence[int], vocab: int) -> SamplingBatch:
+    def prepare(
+        self,
+        params: Sequence[SamplingParams],
+        steps: Sequence[int],
+        vocab: int,
+        histories: Sequence[Sequence[int]] = (),
+        num_prompt: Sequence[int] = (),
+    ) -> SamplingBatch:
         rand = [i for i, p in enumerate(params) if not p.greedy]
         sub = [params[i] for i in rand]
         dev = self.device
@@ -61,7 +76,17 @@ class Sampler:
                 min_p = torch.tensor([p.min_p for p in sub], device=dev)
         wants = [p.logprobs for p in params if p.logprobs is not None]
         return SamplingBatch(
-            tuple(params), tuple(steps), rand, temps, top_k, top_p, min_p, max(wants) if wants else None
+            tuple(params),
+            tuple(steps),
+            rand,
+            temps,
+            top_k,
+            top_p,
+            min_p,
+            max(wants) if wants else None,
+            tuple(histories),
+            tuple(num_prompt),
+            any(p.adjusts_logits for p in params),
         )
 
     def _noise(self, params: Sequence[SamplingParams], steps: Sequence[int], vocab: int) -> torch.Tensor:
@@ -101,6 +126,9 @@ class Sampler:
         b: SamplingBatch,
     ) -> tuple[list[int], list[TokenLogprobs | None]]:
         params, rand = b.params, b.random_rows
+        raw = logits
+        if b.adjusts:
+            logits = adjust_logits(logits, params, b.histories, b.num_prompt, self.eos_token_ids)
         tokens = logits.argmax(dim=-1)
         if rand:
             probs = self._filter(logits[rand], b)
@@ -108,7 +136,7 @@ class Sampler:
             tokens[rand] = (probs / noise).argmax(dim=-1)
         if b.max_logprobs is None:
             return tokens.tolist(), [None] * len(params)
-        logp = torch.log_softmax(logits, dim=-1)
+        logp = torch.log_softmax(raw, dim=-1)
         k = b.max_logprobs
         chosen = logp.gather(1, tokens[:, None])[:, 0].tolist()
         top = logp.topk(k, dim=-1) if k else None

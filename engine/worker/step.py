@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,6 +17,12 @@ class ScheduledSeq(SeqSpec):
     request_id: str = ""
     params: SamplingParams = field(default_factory=SamplingParams)
     num_output: int = 0
+    history: Sequence[int] = ()
+    """The request's tokens so far (prompt + output; the engine's own list, not a copy). Read by
+    penalties and prompt logprobs; may stay empty when ``params`` needs neither."""
+    num_prompt: int = 0
+    prompt_lp_from: int = 0
+    """Prompt positions below this were scored already (before a preemption)."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,8 @@ class SamplerOutput:
 
     token_ids: list[int]
     logprobs: list[TokenLogprobs | None]
+    prompt_logprobs: list[list[TokenLogprobs] | None] = field(default_factory=list)
+    """Parallel to *all* scheduled sequences (not only sampled ones); empty when none asked."""
 
 
 class Runner(Protocol):

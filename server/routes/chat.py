@@ -13,12 +13,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from engine.sampling_params import TokenLogprobs
+from server.chat_output import ChatOutput
+from server.errors import APIError
+from server.logprobs_format import vllm_prompt_logprobs
 from server.metrics import RequestTimer
 from server.protocol import ChatCompletionRequest, ChatMessage, TemplateScalar
+from server.reasoning import make_reasoning_parser
 from server.serving import (
     ERROR_RESPONSES,
     ChoiceState,
     check_common,
+    check_zero_max_tokens,
     respond,
     sampling_params,
     submit,
@@ -26,6 +31,7 @@ from server.serving import (
 )
 from server.state import ServerState, get_state
 from server.streaming import sse
+from server.tool_parsers import ToolCallStream, make_tool_stream
 
 logger = logging.getLogger("deltaserve.server")
 router = APIRouter()
@@ -57,43 +63,84 @@ def chat_logprobs(tok: Any, token_ids: Sequence[int], lps: Sequence[TokenLogprob
     return {"content": content}
 
 
+def tool_stream(st: ServerState, body: ChatCompletionRequest) -> ToolCallStream | None:
+    """The tool-call parser for this request, or None when its output is plain content."""
+    cfg = st.config
+    choice = body.tool_choice
+    enabled = cfg.enable_auto_tool_choice and bool(cfg.tool_call_parser)
+    if choice == "auto" and not enabled:
+        raise APIError(
+            400,
+            'tool_choice "auto" needs the server started with --enable-auto-tool-choice --tool-call-parser',
+            param="tool_choice",
+        )
+    if not body.tools or choice == "none" or not enabled:
+        return None
+    max_calls = 1 if body.parallel_tool_calls is False else None
+    return make_tool_stream(cfg.tool_call_parser, body.tools, max_calls)
+
+
 @router.post("/v1/chat/completions", response_model=None, responses=ERROR_RESPONSES)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     st = get_state(request)
-    check_common(body, st)
+    rs = check_common(body, st)
     ip = st.llm.input_processor
     limit = body.output_limit()
+    if limit is None:
+        limit = st.defaults.get("max_tokens")
     ip.check_max_tokens(limit, "max_completion_tokens")
-    prompt_ids = await render_chat(st, body.messages, body.tools, body.chat_template_kwargs)
+    check_zero_max_tokens(limit, body.prompt_logprobs is not None)
+    tools = tool_stream(st, body)  # checks tool_choice before any work
+    prompt_ids = await render_chat(
+        st, body.messages, body.tools, body.chat_template_kwargs, body.add_generation_prompt
+    )
     ip.check_prompt(prompt_ids, "messages")
     max_tokens = ip.resolve_max_tokens(limit, len(prompt_ids))
     k = (body.top_logprobs or 0) if body.logprobs else None
-    params = [[sampling_params(body, max_tokens, k, j) for j in range(body.n)]]
+    pk = body.prompt_logprobs
+    params = [[sampling_params(body, rs, max_tokens, k, j, pk) for j in range(body.n)]]
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
-    logger.info("chat", extra={"request_id": request_id, "prompt_tokens": len(prompt_ids), "n": body.n})
+    logger.info(
+        "chat",
+        extra={"request_id": request_id, "prompt_tokens": len(prompt_ids), "n": body.n, "user": body.user},
+    )
     start = time.monotonic()
     choices = [
         ChoiceState(index=j, prompt_ids=prompt_ids, timer=RequestTimer(st.metrics, start))
         for j in range(body.n)
     ]
-    merged = submit(st, [prompt_ids], params, body, request_id)
     tok = st.llm.tokenizer
+    reasoning = st.config.reasoning_parser
+    # Whether the template left a <think> block open only shows at the prompt's end.
+    prompt_tail = tok.decode(prompt_ids[-64:], skip_special_tokens=False) if reasoning else ""
+    outputs = [
+        ChatOutput(
+            make_reasoning_parser(reasoning, prompt_tail) if reasoning else None,
+            tools if j == 0 else tool_stream(st, body),
+        )
+        for j in range(body.n)
+    ]
+    merged = submit(st, [prompt_ids], params, body, request_id)
     head = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": st.model_name}
 
     def build() -> dict[str, Any]:
         out = []
-        for c in choices:
+        for c, co in zip(choices, outputs, strict=True):
+            # The same parser calls over the same deltas as streaming, so both give the same message.
+            for piece in c.text[:-1]:
+                co.feed(piece)
+            co.finish(c.text[-1] if c.text else "")
             out.append(
                 {
                     "index": c.index,
-                    "message": {"role": "assistant", "content": "".join(c.text)},
+                    "message": co.message(),
                     "logprobs": chat_logprobs(tok, c.token_ids, c.logprobs, k) if k is not None else None,
-                    "finish_reason": c.finish_reason,
+                    "finish_reason": co.finish_reason(c.finish_reason),
                     "stop_reason": c.stop_reason,
                 }
             )
-        return {
+        body_out = {
             "id": request_id,
             "object": "chat.completion",
             "created": created,
@@ -101,29 +148,43 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
             "choices": out,
             "usage": usage(choices, body.n),
         }
+        if pk is not None:
+            body_out["prompt_logprobs"] = vllm_prompt_logprobs(
+                tok, prompt_ids, choices[0].prompt_logprobs, pk
+            )
+        return body_out
+
+    def chunk(index: int, delta: dict[str, Any], lp: Any = None) -> bytes:
+        choice = {"index": index, "delta": delta, "logprobs": lp, "finish_reason": None}
+        return sse({**head, "choices": [choice]})
 
     def frames(index: int, out: Any) -> list[bytes]:
-        c = choices[index]
+        c, co = choices[index], outputs[index]
         result = []
-        if not c.seen_output:
+        is_first = not c.seen_output
+        c.add(out, st)
+        if is_first:
             # OpenAI's first delta of every choice carries the role and no text.
             role = {"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
-            result.append(sse({**head, "choices": [{**role, "finish_reason": None}]}))
-        c.add(out, st)
+            first: dict[str, Any] = {**head, "choices": [{**role, "finish_reason": None}]}
+            if pk is not None:
+                first["prompt_logprobs"] = vllm_prompt_logprobs(tok, prompt_ids, c.prompt_logprobs, pk)
+            result.append(sse(first))
+        delta = co.finish(out.new_text) if out.finished else co.feed(out.new_text)
         lp_obj = None
         if k is not None and out.logprobs:
             lp_obj = chat_logprobs(tok, out.new_token_ids, out.logprobs, k)
-        if out.new_text or out.finished or lp_obj or out.new_token_ids:
-            delta = {"content": out.new_text} if out.new_text or out.new_token_ids else {}
-            choice = {
-                "index": index,
-                "delta": delta,
-                "logprobs": lp_obj,
-                "finish_reason": out.finish_reason if out.finished else None,
-            }
-            if out.finished:
-                choice["stop_reason"] = out.stop_reason
-            result.append(sse({**head, "choices": [choice]}))
+        calls = delta.pop("tool_calls", [])
+        if delta or lp_obj or (out.new_token_ids and not calls):
+            # A chunk per engine output that carries tokens, even while the parsers hold text back.
+            result.append(chunk(index, delta or {"content": ""}, lp_obj))
+        for call_delta in calls:
+            result.append(chunk(index, {"tool_calls": [call_delta]}))
+        if out.finished:
+            reason = co.finish_reason(out.finish_reason)
+            last = {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
+            last["stop_reason"] = out.stop_reason
+            result.append(sse({**head, "choices": [last]}))
         return result
 
     def tail() -> list[bytes]:

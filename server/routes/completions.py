@@ -12,12 +12,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from engine.sampling_params import TokenLogprobs
+from server.generation_defaults import default
+from server.logprobs_format import vllm_prompt_logprobs
 from server.metrics import RequestTimer
 from server.protocol import CompletionRequest
 from server.serving import (
     ERROR_RESPONSES,
     ChoiceState,
     check_common,
+    check_zero_max_tokens,
     respond,
     sampling_params,
     submit,
@@ -66,22 +69,38 @@ def completion_logprobs(
 @router.post("/v1/completions", response_model=None, responses=ERROR_RESPONSES)
 async def create_completion(body: CompletionRequest, request: Request) -> Response:
     st = get_state(request)
-    check_common(body, st)
+    rs = check_common(body, st)
     llm = st.llm
     ip = llm.input_processor
+    requested = default(body, "max_tokens", st.defaults)
+    check_zero_max_tokens(requested, body.echo or body.prompt_logprobs is not None)
+    # Echo with logprobs scores the prompt (OpenAI); prompt_logprobs is vLLM's name for the same.
+    score_k: int | None = body.prompt_logprobs
+    if body.echo and body.logprobs is not None:
+        score_k = max(body.logprobs, score_k or 0)
+    if requested == 0 and score_k is None:
+        score_k = 0  # echo of a prompt with nothing generated: the engine scores, the route drops it
     raw = _prompt_list(body.prompt)
     if not raw:
         ip.check_prompt([])
     prompts = await ip.batch_prompt_ids(raw)
     params = []
     for ids in prompts:
-        max_tokens = ip.resolve_max_tokens(body.max_tokens, len(ids))
-        params.append([sampling_params(body, max_tokens, body.logprobs, j) for j in range(body.n)])
+        max_tokens = ip.resolve_max_tokens(requested, len(ids))
+        params.append(
+            [sampling_params(body, rs, max_tokens, body.logprobs, j, score_k) for j in range(body.n)]
+        )
     request_id = f"cmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     logger.info(
         "completion",
-        extra={"request_id": request_id, "prompts": len(prompts), "n": body.n, "stream": body.stream},
+        extra={
+            "request_id": request_id,
+            "prompts": len(prompts),
+            "n": body.n,
+            "stream": body.stream,
+            "user": body.user,
+        },
     )
     start = time.monotonic()
     choices = [
@@ -106,7 +125,8 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
             text = echo_text[prompt_idx] + text
             if k is not None:
                 ids = c.prompt_ids + ids
-                lps = [None] * len(c.prompt_ids) + list(lps or [])
+                scored = list(c.prompt_logprobs or [])[: len(c.prompt_ids) - 1]
+                lps = [None] * (len(c.prompt_ids) - len(scored)) + scored + list(lps or [])
         if k is not None:
             lps = list(lps or [])
             lp_obj, offsets[c.index] = completion_logprobs(tok, ids[: len(lps)], lps, k, offsets[c.index])
@@ -116,15 +136,18 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         out = []
         for c in choices:
             text, lp_obj = piece(c, "".join(c.text), c.token_ids, c.logprobs, True)
-            out.append(
-                {
-                    "index": c.index,
-                    "text": text,
-                    "logprobs": lp_obj,
-                    "finish_reason": c.finish_reason,
-                    "stop_reason": c.stop_reason,
-                }
-            )
+            choice = {
+                "index": c.index,
+                "text": text,
+                "logprobs": lp_obj,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+            }
+            if body.prompt_logprobs is not None:
+                choice["prompt_logprobs"] = vllm_prompt_logprobs(
+                    tok, c.prompt_ids, c.prompt_logprobs, body.prompt_logprobs
+                )
+            out.append(choice)
         return {**head, "choices": out, "usage": usage(choices, body.n)}
 
     def frames(index: int, out: Any) -> list[bytes]:
@@ -143,6 +166,10 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
             "finish_reason": out.finish_reason if out.finished else None,
             "stop_reason": out.stop_reason if out.finished else None,
         }
+        if first and body.prompt_logprobs is not None:
+            choice["prompt_logprobs"] = vllm_prompt_logprobs(
+                tok, c.prompt_ids, c.prompt_logprobs, body.prompt_logprobs
+            )
         return [sse({**head, "choices": [choice]})]
 
     def tail() -> list[bytes]:

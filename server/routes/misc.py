@@ -26,7 +26,8 @@ _STARTED = int(time.time())
 
 
 def _card(st: ServerState) -> ModelCard:
-    return ModelCard(id=st.model_name, created=_STARTED, max_model_len=st.llm.max_model_len)
+    root = st.model_root or st.model_name
+    return ModelCard(id=st.model_name, created=_STARTED, root=root, max_model_len=st.llm.max_model_len)
 
 
 @router.get("/v1/models", response_model=ModelList)

@@ -66,3 +66,20 @@ def test_cache_file_is_current(case):
         rows = torch.tensor(c["logits"])
         assert harness.close(rows, h["all_logits"][c["logit_rows"]], 1e-5)[0]
     STATS["assertions"] += 1
+
+
+def test_prompt_logprobs_match_hf_log_softmax(case):
+    """Prompt logprobs (whole and chunked prefill) equal HF's log_softmax of the same prompt's logits."""
+    from engine.generate import score_prompts
+
+    name, hf, ds_dir = case
+    runner = harness.ds_runner(ds_dir)
+    for p in hf["prompts"]:
+        prompt = p["prompt"]
+        ref = torch.log_softmax(p["all_logits"].double(), dim=-1)[:-1]  # row i scores token i + 1
+        want = ref[torch.arange(len(prompt) - 1), torch.tensor(prompt[1:])]
+        for chunks in (None, [5, 16, 3]):
+            got = torch.tensor([s.logprob for s in score_prompts(runner, [prompt], 1, chunks)[0]]).double()
+            ok, diff, bound = harness.close(got, want)
+            assert ok, f"{name}: prompt logprobs (chunks {chunks}) off by {diff:.3g} > {bound:.3g}"
+        STATS["assertions"] += 1

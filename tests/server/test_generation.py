@@ -99,9 +99,10 @@ async def test_echo_and_logprobs(client: httpx.AsyncClient, llm: Any) -> None:
     n_prompt = len(llm.tokenizer.encode(PROMPT))
     assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(lp["text_offset"])
     assert len(lp["tokens"]) == n_prompt + 4
-    assert lp["token_logprobs"][:n_prompt] == [None] * n_prompt
-    assert all(isinstance(x, float) and x <= 0 for x in lp["token_logprobs"][n_prompt:])
-    assert all(isinstance(d, dict) and 1 <= len(d) <= 3 for d in lp["top_logprobs"][n_prompt:])
+    # Every prompt token but the first is scored, as OpenAI and vLLM do (lm-eval relies on it).
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert all(isinstance(x, float) and x <= 0 for x in lp["token_logprobs"][1:])
+    assert all(isinstance(d, dict) and 1 <= len(d) <= 3 for d in lp["top_logprobs"][1:])
     assert lp["text_offset"] == sorted(lp["text_offset"])
 
 

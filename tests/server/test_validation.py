@@ -119,15 +119,6 @@ async def test_bad_token_ids(client: httpx.AsyncClient, llm: Any) -> None:
         assert param in (err["param"] or "") or param in err["message"], (path, body, err)
 
 
-async def test_logit_bias_refused(client: httpx.AsyncClient) -> None:
-    err = assert_openai_error(
-        await _timed(client, "POST", "/v1/completions", json=_comp(logit_bias={"5": 2})), 400
-    )
-    assert err["param"] == "logit_bias" and "not supported" in err["message"]
-    # An empty map is harmless and accepted.
-    assert (await client.post("/v1/completions", json=_comp(logit_bias={}))).status_code == 200
-
-
 EMPTY_AND_MALFORMED: list[tuple[str, dict[str, Any], int]] = [
     ("/v1/completions", {"json": {"prompt": ""}}, 400),
     ("/v1/completions", {"json": {"prompt": []}}, 400),

@@ -49,6 +49,17 @@ class Qwen35Model(nn.Module):
     @torch.inference_mode()
     def forward(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
         """Returns fp32 logits ``[len(fb.logits_indices), vocab]`` for the sampled positions."""
+        return self.compute_logits(self.hidden_states(fb, cache)[fb.logits_indices])
+
+    @torch.inference_mode()
+    def compute_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Final norm and lm_head of some rows of :meth:`hidden_states`: ``[R, hidden] -> [R, vocab]`` fp32.
+        The norm is per row, so gathering rows first and normalising after is exact."""
+        return F.linear(self.ops.rms_norm(h, self.norm, self.cfg.rms_norm_eps), self.lm_head).float()
+
+    @torch.inference_mode()
+    def hidden_states(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
+        """The last decoder layer's output for every token, before the final norm: [T, hidden]."""
         ops, eps = self.ops, self.cfg.rms_norm_eps
         # the residual stream h and the pending branch output x: each norm folds in the add before it
         x = F.embedding(fb.input_ids, self.embed_tokens)  # [T, hidden]
@@ -66,9 +77,8 @@ class Qwen35Model(nn.Module):
                 x = mixer(y, fb, cache.k_cache[j], cache.v_cache[j], ops)
             y, h = ops.add_rms_norm(x, h, layer.post_norm, eps)
             x = layer.mlp(y, ops)
-        rows = fb.logits_indices  # the last add and norm only for the sampled rows
-        y, _ = ops.add_rms_norm(x[rows], None if h is None else h[rows], self.norm, eps)
-        return F.linear(y, self.lm_head).float()
+        # the last residual add (the final norm runs in compute_logits on the rows that need it)
+        return x if h is None else h + x
 
     def cache_spec(self) -> CacheSpec:
         """What the pools hold for this model: paged K/V per gated-attention layer, a conv and a
