@@ -116,7 +116,10 @@ def cmd_generate(ns: argparse.Namespace) -> int:
     tok = Tokenizer.from_dir(engine.model.model)
     prompts = [tok.encode(p) for p in ns.prompt]
     params = SamplingParams(max_tokens=ns.max_tokens, temperature=ns.temperature, seed=ns.sample_seed)
-    outs = generate(runner, prompts, ns.max_tokens, params, stop_at_eos=not ns.ignore_eos)
+    budget = engine.scheduler.max_num_batched_tokens
+    outs = generate(
+        runner, prompts, ns.max_tokens, params, token_budget=budget, stop_at_eos=not ns.ignore_eos
+    )
     for p, o in zip(ns.prompt, outs, strict=False):
         print(json.dumps({"prompt": p, "token_ids": o, "text": tok.decode(o, skip_special_tokens=True)}))
     return 0

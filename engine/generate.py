@@ -1,33 +1,50 @@
-"""Offline batch generation straight on the ModelRunner (no server, no scheduler process).
+"""Offline batch generation through the real scheduler: an EngineCore over a ModelRunner, stepped
+in this thread (no server, no ZeroMQ), as nano-vllm's ``LLMEngine.generate`` does.
 
-Used by the oracle tests and ``deltaserve generate``. Every prompt gets its own state slot and a
-contiguous run of KV blocks; prefill can be split into chunks at arbitrary boundaries
-(``prefill_chunks``), which must not change the result.
+Used by the oracle tests, ``deltaserve generate`` and prompt scoring (``score_prompts``). Every prompt is one request of a single wave;
+``token_budget`` is the scheduler's per-step token budget, so a small one splits prefills into chunks
+at the scheduler's own boundaries and mixes them with decodes, which must not change the result.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
+import msgspec
+
+from engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from engine.core.engine_core import EngineCore
+from engine.messages import AddRequests, EngineRequest
 from engine.sampling_params import SamplingParams, TokenLogprobs
 from engine.worker.model_runner import ModelRunner
-from engine.worker.step import ScheduledSeq
 
 
-def _chunks(n: int, sizes: Sequence[int] | None) -> list[int]:
-    """Split a prompt of n tokens into the given chunk sizes (the last one takes the rest)."""
-    if not sizes:
-        return [n]
-    out, left = [], n
-    for s in sizes:
-        if left <= 0:
-            break
-        out.append(min(s, left))
-        left -= out[-1]
-    if left > 0:
-        out.append(left)
-    return out
+def _core(runner: ModelRunner, budget: int, num_requests: int) -> EngineCore:
+    config = EngineConfig(
+        model=runner.model_config,
+        cache=CacheConfig(block_size=runner.block_size),
+        scheduler=SchedulerConfig(
+            max_num_batched_tokens=budget,
+            max_num_seqs=runner.num_state_slots - 1,
+            max_waiting_requests=max(num_requests, 1),
+        ),
+    )
+    return EngineCore(config, runner)
+
+
+def _run(core: EngineCore, prompts: Sequence[Sequence[int]], params: SamplingParams) -> dict[str, list]:
+    """Every prompt as one request of a single wave, stepped to the end: id -> its outputs."""
+    ids = [str(i) for i in range(len(prompts))]
+    core.add_requests(
+        AddRequests([EngineRequest(r, list(p), params) for r, p in zip(ids, prompts, strict=True)])
+    )
+    outs: dict[str, list] = {r: [] for r in ids}
+    while core.has_work():
+        for out in core.step().outputs:
+            if out.error is not None:
+                raise ValueError(f"prompt {out.request_id}: {out.error}")
+            outs[out.request_id].append(out)
+    return outs
 
 
 def generate(
@@ -35,106 +52,35 @@ def generate(
     prompts: Sequence[Sequence[int]],
     max_tokens: int,
     params: SamplingParams | None = None,
-    prefill_chunks: Sequence[int] | None = None,
+    token_budget: int | None = None,
     stop_at_eos: bool = False,
 ) -> list[list[int]]:
-    """Generate ``max_tokens`` tokens for each prompt (greedy unless ``params`` says otherwise)."""
-    params = params or SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    if len(prompts) >= runner.num_state_slots:
-        raise ValueError(f"{len(prompts)} prompts need more than {runner.num_state_slots - 1} state slots")
-    bs = runner.block_size
-    need = [math.ceil((len(p) + max_tokens) / bs) for p in prompts]
-    if sum(need) >= runner.num_kv_blocks:
-        raise ValueError(f"prompts need {sum(need)} KV blocks, the pool has {runner.num_kv_blocks - 1}")
-    tables, nxt = [], 1
-    for n in need:
-        tables.append(list(range(nxt, nxt + n)))
-        nxt += n
-    outs: list[list[int]] = [[] for _ in prompts]
-    # Prefill every prompt chunk by chunk; all prompts' k-th chunks go in one batch.
-    plans = [_chunks(len(p), prefill_chunks) for p in prompts]
-    computed = [0] * len(prompts)
-    for k in range(max(len(p) for p in plans)):
-        seqs = []
-        for i, p in enumerate(prompts):
-            if k >= len(plans[i]):
-                continue
-            n = plans[i][k]
-            last = k == len(plans[i]) - 1
-            seqs.append(
-                ScheduledSeq(
-                    token_ids=list(p[computed[i] : computed[i] + n]),
-                    num_computed=computed[i],
-                    block_ids=tables[i],
-                    state_slot=i + 1,
-                    sample=last,
-                    request_id=str(i),
-                    params=params,
-                    num_output=0,
-                )
-            )
-            computed[i] += n
-        # Single-token chunks with history count as decodes and must lead the batch.
-        seqs.sort(key=lambda s: not s.is_decode)
-        result = runner.execute_model(seqs)
-        sampled = [s for s in seqs if s.sample]
-        for s, tok in zip(sampled, result.token_ids, strict=False):
-            outs[int(s.request_id)].append(tok)
-    eos = set(runner.eos_token_ids)
-    done = [stop_at_eos and o[-1] in eos for o in outs]
-    for _ in range(max_tokens - 1):
-        live = [i for i in range(len(prompts)) if not done[i]]
-        if not live:
-            break
-        seqs = [
-            ScheduledSeq(
-                token_ids=[outs[i][-1]],
-                num_computed=len(prompts[i]) + len(outs[i]) - 1,
-                block_ids=tables[i],
-                state_slot=i + 1,
-                request_id=str(i),
-                params=params,
-                num_output=len(outs[i]),
-            )
-            for i in live
-        ]
-        result = runner.execute_model(seqs)
-        for i, tok in zip(live, result.token_ids, strict=False):
-            outs[i].append(tok)
-            done[i] = stop_at_eos and tok in eos
-    return outs
+    """``max_tokens`` tokens for each prompt (greedy unless ``params`` says otherwise); with
+    ``stop_at_eos`` a prompt stops early at an EOS or stop token."""
+    params = params or SamplingParams(temperature=0.0)
+    params = msgspec.structs.replace(
+        params, max_tokens=max_tokens, ignore_eos=params.ignore_eos or not stop_at_eos
+    )
+    if not stop_at_eos:
+        params = msgspec.structs.replace(params, stop_token_ids=())
+    budget = token_budget or max(2048, sum(len(p) for p in prompts))
+    outs = _run(_core(runner, budget, len(prompts)), prompts, params)
+    return [[t for o in outs[str(i)] for t in o.new_token_ids] for i in range(len(prompts))]
 
 
 def score_prompts(
     runner: ModelRunner,
     prompts: Sequence[Sequence[int]],
     top_k: int = 0,
-    prefill_chunks: Sequence[int] | None = None,
+    token_budget: int | None = None,
 ) -> list[list[TokenLogprobs]]:
-    """Prompt logprobs (tokens 1..) of each prompt, from its prefill alone, one prompt at a time."""
-    bs = runner.block_size
+    """Prompt logprobs (tokens 1..) of each prompt from its prefill, nothing generated; a small
+    ``token_budget`` scores a prompt across several prefill chunks."""
     params = SamplingParams(temperature=0.0, max_tokens=0, prompt_logprobs=top_k)
-    out = []
-    for p in prompts:
-        table = list(range(1, math.ceil(len(p) / bs) + 1))
-        if len(table) >= runner.num_kv_blocks:
-            raise ValueError(f"a prompt of {len(p)} tokens does not fit the KV pool")
-        scored: list[TokenLogprobs] = []
-        done = 0
-        for n in _chunks(len(p), prefill_chunks):
-            seq = ScheduledSeq(
-                token_ids=list(p[done : done + n]),
-                num_computed=done,
-                block_ids=table,
-                state_slot=1,
-                sample=done + n == len(p),
-                params=params,
-                history=p,
-                num_prompt=len(p),
-                prompt_lp_from=len(scored),
-            )
-            result = runner.execute_model([seq])
-            scored.extend(result.prompt_logprobs[0] or [])
-            done += n
-        out.append(scored)
-    return out
+    budget = token_budget or max(2048, max((len(p) for p in prompts), default=1))
+    outs = _run(_core(runner, budget, len(prompts)), prompts, params)
+    scored = []
+    for i in range(len(prompts)):
+        got = [lp for o in outs[str(i)] for lp in (o.prompt_logprobs or [])]
+        scored.append(got)
+    return scored

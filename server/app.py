@@ -54,8 +54,8 @@ def build_app(llm: EngineClient, server_config: ServerConfig | None = None) -> F
     """The whole HTTP surface over one AsyncLLM."""
     from server.access_log import AccessLogMiddleware
     from server.auth import APIKeyMiddleware
-    from server.http_limits import FramingMiddleware
     from server.generation_defaults import load_defaults
+    from server.http_limits import FramingMiddleware
     from server.reasoning import PARSERS as REASONING_PARSERS
     from server.routes.chat import router as chat_router
     from server.routes.completions import router as completions_router

@@ -282,23 +282,36 @@ def _small_runner(d: Path, dtype: str, backend: str, eager: bool, arms: tuple[st
 def test_decode_graph_replay_bit_equal_to_eager(tmp_path):
     """One decode step replayed from its CUDA graph equals the same step run eagerly on the same
     static inputs, bit for bit (GDN state restored in between, since a step advances it)."""
+    from engine.sampling_params import SamplingParams
     from engine.worker.step import ScheduledSeq
 
     backend = "cuda" if _has_cupy() else "torch"
     r = _small_runner(_small_ckpt(tmp_path), "bfloat16", backend, eager=False)
     assert r.graphs is not None
+    greedy = SamplingParams(temperature=0.0)
     prompts = [[5 + i, 9, 11, 300, 7] * (3 + i) for i in range(5)]
-    outs = generate(r, prompts, 2)  # prefill + one decode step (through a graph)
-    tables, nxt = [], 1  # the contiguous block tables generate() used
+    tables, nxt = [], 1  # contiguous block tables with room for the prompt and three tokens
     for p in prompts:
-        n = -(-(len(p) + 2) // r.block_size)
+        n = -(-(len(p) + 3) // r.block_size)
         tables.append(list(range(nxt, nxt + n)))
         nxt += n
+
+    def step(tokens: list[list[int]], computed: list[int], made: int) -> list[int]:
+        seqs = [
+            ScheduledSeq(
+                token_ids=t, num_computed=c, block_ids=b, state_slot=i + 1, params=greedy, num_output=made
+            )
+            for i, (t, c, b) in enumerate(zip(tokens, computed, tables, strict=True))
+        ]
+        return r.execute_model(seqs).token_ids
+
+    first = step([list(p) for p in prompts], [0] * len(prompts), 0)  # prefill
+    second = step([[t] for t in first], [len(p) for p in prompts], 1)  # one decode step (through a graph)
     seqs = [
         ScheduledSeq(
-            token_ids=[o[-1]], num_computed=len(p) + 1, block_ids=tables[i], state_slot=i + 1, num_output=2
+            token_ids=[o], num_computed=len(p) + 1, block_ids=tables[i], state_slot=i + 1, num_output=2
         )
-        for i, (p, o) in enumerate(zip(prompts, outs, strict=True))
+        for i, (p, o) in enumerate(zip(prompts, second, strict=True))
     ]
     key = r.graphs.bucket(seqs)
     assert key is not None

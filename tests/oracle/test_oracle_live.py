@@ -46,10 +46,11 @@ def test_greedy_tokens_match_hf(case):
 
 
 def test_batched_and_chunked_match_single(case):
-    """A varlen batch with chunked prefill at odd split points equals each sequence alone."""
+    """Through the scheduler with a 13-token step budget (prefills split at odd points, mixed with
+    decodes in one varlen batch), the tokens equal each sequence alone."""
     name, hf, ds_dir = case
     runner = harness.ds_runner(ds_dir)
-    ours = harness.generate(runner, PROMPTS, NUM_TOKENS, prefill_chunks=[1, 7, 64, 13])
+    ours = harness.generate(runner, PROMPTS, NUM_TOKENS, token_budget=13)
     for p, o in zip(hf["prompts"], ours, strict=True):
         assert o == p["greedy"], f"{name}: chunked+batched output differs for prompt {p['prompt'][:6]}"
         STATS["assertions"] += 1
@@ -78,8 +79,8 @@ def test_prompt_logprobs_match_hf_log_softmax(case):
         prompt = p["prompt"]
         ref = torch.log_softmax(p["all_logits"].double(), dim=-1)[:-1]  # row i scores token i + 1
         want = ref[torch.arange(len(prompt) - 1), torch.tensor(prompt[1:])]
-        for chunks in (None, [5, 16, 3]):
-            got = torch.tensor([s.logprob for s in score_prompts(runner, [prompt], 1, chunks)[0]]).double()
+        for budget in (None, 5):  # 5: the scheduler splits the prefill into chunks of 5 tokens
+            got = torch.tensor([s.logprob for s in score_prompts(runner, [prompt], 1, budget)[0]]).double()
             ok, diff, bound = harness.close(got, want)
-            assert ok, f"{name}: prompt logprobs (chunks {chunks}) off by {diff:.3g} > {bound:.3g}"
+            assert ok, f"{name}: prompt logprobs (token budget {budget}) off by {diff:.3g} > {bound:.3g}"
         STATS["assertions"] += 1

@@ -99,7 +99,8 @@ def test_greedy_follows_the_adjusted_logits_and_logprobs_stay_raw() -> None:
     sampler = Sampler("cpu")
     logits = _row([5.0, 4.0, 0.0])
     p = SamplingParams(temperature=0.0, frequency_penalty=2.0, logprobs=1)
-    ids, lps = sampler.sample(logits, [p], [1], [[9 % 3, 0]], [1])  # output so far: [0]
+    vocab = logits.shape[-1]
+    ids, lps = sampler.sample(logits, sampler.prepare([p], [1], vocab, [[9 % 3, 0]], [1]))  # output: [0]
     assert ids == [1]  # 5 - 2 < 4
     raw = torch.log_softmax(logits, -1)[0]
     assert lps[0] is not None and lps[0].logprob == pytest.approx(raw[1].item())
@@ -112,6 +113,10 @@ def test_seeded_sampling_with_penalties_is_reproducible() -> None:
     p = SamplingParams(temperature=1.0, seed=42, presence_penalty=1.2, repetition_penalty=1.3,
                        logit_bias=((7, 3.0),))  # fmt: skip
     hist = rng.integers(0, 200, size=30).tolist()
-    a = Sampler("cpu", seed=1).sample(logits, [p, p], [4, 4], [hist, hist], [10, 10])[0]
-    b = Sampler("cpu", seed=2).sample(logits, [p, p], [4, 4], [hist, hist], [10, 10])[0]
+
+    def draw(seed: int) -> list[int]:
+        s = Sampler("cpu", seed=seed)
+        return s.sample(logits, s.prepare([p, p], [4, 4], 200, [hist, hist], [10, 10]))[0]
+
+    a, b = draw(1), draw(2)
     assert a == b and a[0] == a[1]

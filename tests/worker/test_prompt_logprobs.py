@@ -66,7 +66,7 @@ def test_prompt_logprobs_across_prefill_chunks(runner: ModelRunner) -> None:
     prompt = _prompt(200, 1)
     ref = _reference(runner, prompt)
     whole = score_prompts(runner, [prompt])[0]
-    chunked = score_prompts(runner, [prompt], prefill_chunks=[1, 7, 64, 13])[0]
+    chunked = score_prompts(runner, [prompt], token_budget=13)[0]
     assert [s.token_id for s in chunked] == prompt[1:]
     for p, s in enumerate(chunked):
         assert _close(s.logprob, ref[p, prompt[p + 1]].item()), p
