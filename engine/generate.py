@@ -1,9 +1,10 @@
 """Offline batch generation through the real scheduler: an EngineCore over a ModelRunner, stepped
 in this thread (no server, no ZeroMQ), as nano-vllm's ``LLMEngine.generate`` does.
 
-Used by the oracle tests, ``deltaserve generate`` and prompt scoring (``score_prompts``). Every prompt is one request of a single wave;
-``token_budget`` is the scheduler's per-step token budget, so a small one splits prefills into chunks
-at the scheduler's own boundaries and mixes them with decodes, which must not change the result.
+Used by the oracle tests, ``deltaserve generate`` and prompt scoring (``score_prompts``). Every
+prompt is one request of a single wave; ``token_budget`` is the scheduler's per-step token budget,
+so a small one splits prefills into chunks at the scheduler's own boundaries and mixes them with
+decodes, which must not change the result.
 """
 
 from __future__ import annotations
