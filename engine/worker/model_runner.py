@@ -128,8 +128,10 @@ class ModelRunner:
             return total
         # what lies outside torch's allocator (the CUDA context) counts against the limit too
         outside = total - torch.cuda.mem_get_info(self.device)[0] - torch.cuda.memory_reserved(self.device)
-        cap = (limit * config.cache.gpu_memory_utilization - outside) / total
-        torch.cuda.set_per_process_memory_fraction(max(cap, 0.01), self.device)
+        # the hard wall is the card itself; --gpu-memory-utilization is the planning target under it
+        cap = (limit - outside) / total
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        torch.cuda.set_per_process_memory_fraction(max(cap, 0.01), index)
         return limit
 
     def _used(self) -> int:
@@ -172,7 +174,10 @@ class ModelRunner:
         # Slots come first (each running request needs one), keeping room for at least one request of
         # the full context in the KV pool when its size is not fixed.
         kv_floor = fixed_kv or math.ceil(self.max_model_len / bs) * block_bytes
-        pending = int(self._activation_peak * 1.1) + graph_bytes
+        # The profile step does not sample: keep room for a full batch of fp32 sampling rows (softmax,
+        # noise, sort) on top of its measured peak, and never less than 256 MiB of workspace.
+        sampling = 4 * sc.max_num_seqs * self.vocab_size * 4
+        pending = max(int(self._activation_peak * 1.25) + sampling, 256 << 20) + graph_bytes
         room = budget - used - pending - kv_floor - slot_bytes  # slot 0 is allocated too
         slots = state_slots_that_fit(wanted=sc.max_num_seqs, slot_bytes=slot_bytes, room=room)
         if slots < 1:

@@ -88,43 +88,29 @@ def test_state_slots_follow_the_budget():
 
 _SCRIPT = textwrap.dedent(
     """
-    import asyncio, json, sys
+    import json, sys
+    import numpy as np
     import torch
-    from engine.checkpoints.presets import qwen35_4b_config
     from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
-    from engine.frontend.async_llm import AsyncLLM
-    from engine.sampling_params import SamplingParams
+    from engine.generate import generate
+    from engine.worker.model_runner import ModelRunner
 
-    d = sys.argv[1]
-    mc = ModelConfig(model=d, dtype="bfloat16", device="cuda", load_format="dummy")
+    mc = ModelConfig(model=sys.argv[1], dtype="bfloat16", device="cuda", load_format="dummy")
     cfg = EngineConfig(
         model=mc,
         cache=CacheConfig(device_memory_limit="16GiB", gpu_memory_utilization=0.9),
         scheduler=SchedulerConfig(max_num_batched_tokens=2048),
     )
-
-    async def main():
-        llm = await AsyncLLM.create(cfg, in_process=True)
-        runner = llm.client.core.runner
-        split = runner.memory.as_dict()
-        used_at_start = torch.cuda.mem_get_info()[1] - torch.cuda.mem_get_info()[0]
-        params = SamplingParams(max_tokens=32, temperature=0.0, ignore_eos=True)
-        rng = __import__("numpy").random.default_rng(0)
-
-        async def one(i):
-            ids = rng.integers(1, 200000, size=1024).tolist()
-            n = 0
-            async for out in llm.generate(ids, params, f"r{i}"):
-                n += len(out.new_token_ids)
-            return n
-
-        counts = await asyncio.gather(*(one(i) for i in range(48)))
-        peak = runner.device_memory()[1]
-        await llm.shutdown()
-        print(json.dumps({"split": split, "used_at_start": used_at_start, "peak": peak, "counts": counts,
-                          "slots": runner.num_state_slots - 1, "blocks": runner.num_kv_blocks - 1}))
-
-    asyncio.run(main())
+    runner = ModelRunner(cfg)
+    free, total = torch.cuda.mem_get_info()
+    used_at_start = total - free
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(1, 200000, size=1024).tolist() for _ in range(48)]
+    # the real scheduler (an EngineCore stepped in this thread): W1-shaped prefills, then decodes
+    outs = generate(runner, prompts, 32, token_budget=2048)
+    print(json.dumps({"split": runner.memory.as_dict(), "used_at_start": used_at_start,
+                      "peak": runner.device_memory()[1], "counts": [len(o) for o in outs],
+                      "slots": runner.num_state_slots - 1, "blocks": runner.num_kv_blocks - 1}))
     """
 )
 
