@@ -62,6 +62,9 @@ def adjust_logits(
     vocab, dev = logits.shape[-1], logits.device
     sub = logits[rows]  # [n, V] copy
     sub_params = [params[i] for i in rows]
+    # A caller without histories (none needed: logit_bias only) passes none; rows then have no tokens.
+    histories = [histories[i] if i < len(histories) else () for i in range(len(params))]
+    num_prompt = [num_prompt[i] if i < len(num_prompt) else 0 for i in range(len(params))]
     outputs = [histories[i][num_prompt[i] :] for i in rows]
 
     # Bans (bad words, stop tokens before min_tokens) as one scatter of -inf.
