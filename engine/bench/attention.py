@@ -16,7 +16,6 @@ rotated so the KV does not sit in L2, median of 20 replays):
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 
 import torch
@@ -30,26 +29,7 @@ H, HKV, D, BS, CTX = 16, 4, 256, 32, 1100
 ROWS: list[tuple[str, str, str, float, str]] = []
 
 
-def graph_us(calls, reps: int = 20) -> float:
-    """us per call of ``calls`` (zero-arg callables) captured back to back in one CUDA graph."""
-    for c in calls:
-        c()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for c in calls:
-            c()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3 / len(calls))
-    return statistics.median(times)
+graph_us = B.replay_us  # us per call of calls captured back to back in one CUDA graph
 
 
 def copy_bandwidth() -> tuple[float, float]:

@@ -36,11 +36,10 @@ def rel(a, b) -> float:
     return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
 
 
-def time_graph(make_call, bytes_per_call: int, reps: int = 20, max_r: int = 64) -> float:
-    """us per call. ``make_call(i)`` returns a zero-arg callable using input set i."""
-    r = max(2, min(max_r, -(-4 * L2_BYTES // max(bytes_per_call, 1))))
-    calls = [make_call(i) for i in range(r)]
-    for c in calls:  # warm-up: compiles, autotunes (Triton) outside the capture
+def replay_us(calls, reps: int = 20) -> float:
+    """us per call of ``calls`` (zero-arg callables) captured back to back in one CUDA graph, median of
+    ``reps`` replays; each call runs once first (compiles, autotunes) outside the capture."""
+    for c in calls:
         c()
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
@@ -56,8 +55,15 @@ def time_graph(make_call, bytes_per_call: int, reps: int = 20, max_r: int = 64) 
         g.replay()
         e.record()
         e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3 / r)
+        times.append(s.elapsed_time(e) * 1e3 / len(calls))
     return statistics.median(times)
+
+
+def time_graph(make_call, bytes_per_call: int, reps: int = 20, max_r: int = 64) -> float:
+    """us per call. ``make_call(i)`` returns a zero-arg callable using input set i; enough input sets
+    that one replay streams at least 4x the L2."""
+    r = max(2, min(max_r, -(-4 * L2_BYTES // max(bytes_per_call, 1))))
+    return replay_us([make_call(i) for i in range(r)], reps)
 
 
 def time_eager(call, reps: int = 5) -> float:
