@@ -64,7 +64,9 @@ def test_oversized_headers_slow_loris_and_sigterm_drain(tmp_path: Path) -> None:
 
         async def drain() -> tuple[str, int]:
             async with httpx.AsyncClient(timeout=60) as http:
-                body = {"prompt": "drain", "max_tokens": 200, "ignore_eos": True, "stream": True}
+                # long enough that the stream is still running when the late request arrives (200
+                # tokens of the tiny model can finish inside the 0.5 s below on an idle machine)
+                body = {"prompt": "drain", "max_tokens": 1500, "ignore_eos": True, "stream": True}
                 async with http.stream("POST", f"{url}/v1/completions", json=body) as resp:
                     assert resp.status_code == 200
                     lines = []
