@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from engine.config import EngineConfig, ModelConfig
@@ -25,7 +22,7 @@ from engine.frontend.tokenizer import Tokenizer
 from engine.generate import score_prompts
 from engine.worker.model_runner import ModelRunner
 from engine.worker.resolve import resolve_model
-from tests.procs import free_port
+from tests.server.realserver import Server
 
 pytest.importorskip("lm_eval")
 pytestmark = pytest.mark.slow
@@ -36,33 +33,11 @@ OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFL
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log = (tmp_path_factory.mktemp("lm_eval_server") / "server.log").open("w")
-    cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(port)]
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **OFFLINE}
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
+    srv = Server(tmp_path_factory.mktemp("lm_eval_server"), env=OFFLINE)
     try:
-        while True:
-            assert proc.poll() is None, f"server exited early, see {log.name}"
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.25)
-        yield url
+        yield srv.url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        srv.stop()
 
 
 def _encode_pair(tok: Tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:

@@ -22,13 +22,17 @@ SMALL_POOL = ["--max-num-seqs", "4", "--max-waiting-requests", "8", "--num-gpu-b
 
 
 class Server:
-    def __init__(self, tmp: Path, *args: str, ready_timeout_s: float = 180) -> None:
+    def __init__(
+        self, tmp: Path, *args: str, ready_timeout_s: float = 180, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / "server.log"
         self._log = self.log_path.open("w")
         cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(self.port), *args]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
         deadline = time.monotonic() + ready_timeout_s
         while True:
             assert self.proc.poll() is None, self.log()[-3000:]
