@@ -30,6 +30,19 @@ def _device(value: str) -> str:
     raise argparse.ArgumentTypeError(f"invalid device {value!r} (choose auto, cpu, cuda or cuda:N)")
 
 
+def _byte_size(value: str) -> str:
+    """A size flag (--kv-cache-memory, --device-memory-limit) checked at parse time; kept as written."""
+    from engine.worker.memory import parse_bytes
+
+    try:
+        parse_bytes(value, "size")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("size: ")) from None
+    return value
+
+
+_SIZE_FLAGS = ("kv_cache_memory", "device_memory_limit")
+
 EXIT_PORT_BUSY = 2
 
 
@@ -63,6 +76,8 @@ def add_config_flags(p: argparse.ArgumentParser, sections: tuple[type, ...] = SE
                 kw["nargs"] = "*"
             elif f.name == "device":
                 kw["type"] = _device
+            elif f.name in _SIZE_FLAGS:
+                kw["type"] = _byte_size
             else:
                 kw["type"] = type(default)
                 if typing.get_origin(hints[f.name]) is typing.Literal:

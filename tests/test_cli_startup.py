@@ -22,7 +22,14 @@ def _run(*args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[s
 
 
 def test_bad_flag_values_fail_fast_with_usage() -> None:
-    for args in (["--dtype", "foo"], ["--device", "tpu"], ["--gdn-backend", "x"], ["--log-level", "loud"]):
+    for args in (
+        ["--dtype", "foo"],
+        ["--device", "tpu"],
+        ["--gdn-backend", "x"],
+        ["--log-level", "loud"],
+        ["--kv-cache-memory", "lots"],
+        ["--device-memory-limit", "16 GiBs"],
+    ):
         proc, took = _run("serve", *args)
         assert proc.returncode == 2, (args, proc.returncode, proc.stderr[-500:])
         assert proc.stderr.startswith("usage: deltaserve serve") and "Traceback" not in proc.stderr
