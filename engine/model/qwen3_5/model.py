@@ -48,8 +48,12 @@ class Qwen35Model(nn.Module):
 
     @torch.inference_mode()
     def forward(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
-        """Returns fp32 logits ``[len(fb.logits_indices), vocab]`` for the sampled positions."""
-        return self.compute_logits(self.hidden_states(fb, cache)[fb.logits_indices])
+        """Returns fp32 logits ``[len(fb.logits_indices), vocab]`` for the sampled positions: the last
+        residual add and the final norm run on those rows only, fused into one op."""
+        x, h = self._decoder(fb, cache)
+        rows, eps = fb.logits_indices, self.cfg.rms_norm_eps
+        y, _ = self.ops.add_rms_norm(x[rows], None if h is None else h[rows], self.norm, eps)
+        return F.linear(y, self.lm_head).float()
 
     @torch.inference_mode()
     def compute_logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -59,9 +63,15 @@ class Qwen35Model(nn.Module):
 
     @torch.inference_mode()
     def hidden_states(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
-        """The last decoder layer's output for every token, before the final norm: [T, hidden]."""
+        """The last decoder layer's output for every token, before the final norm: [T, hidden]
+        (prompt scoring needs every row; a plain step uses :meth:`forward`)."""
+        x, h = self._decoder(fb, cache)
+        return x if h is None else h + x
+
+    def _decoder(self, fb: ForwardBatch, cache: ModelCache) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The decoder layers -> (the last MLP's output x, the residual stream h before its add)."""
         ops, eps = self.ops, self.cfg.rms_norm_eps
-        # the residual stream h and the pending branch output x: each norm folds in the add before it
+        # each norm folds in the residual add before it, so the last add is left to the caller
         x = F.embedding(fb.input_ids, self.embed_tokens)  # [T, hidden]
         h: torch.Tensor | None = None
         meta = GDNMeta.from_batch(fb)
@@ -77,8 +87,7 @@ class Qwen35Model(nn.Module):
                 x = mixer(y, fb, cache.k_cache[j], cache.v_cache[j], ops)
             y, h = ops.add_rms_norm(x, h, layer.post_norm, eps)
             x = layer.mlp(y, ops)
-        # the last residual add (the final norm runs in compute_logits on the rows that need it)
-        return x if h is None else h + x
+        return x, h
 
     def cache_spec(self) -> CacheSpec:
         """What the pools hold for this model: paged K/V per gated-attention layer, a conv and a
