@@ -125,21 +125,27 @@ def measure_split(
     )
 
 
-def kv_budget_blocks(
+def workspace_reserve(activation_peak: int, max_num_seqs: int, vocab_size: int) -> int:
+    """Bytes kept free for a step's transient tensors: the profile forward's measured peak with 25%
+    headroom, plus four fp32 [max_num_seqs, vocab] sampling rows (softmax, noise, sort) that the
+    profile forward does not allocate; never less than 256 MiB."""
+    return max(int(activation_peak * 1.25) + 4 * max_num_seqs * vocab_size * 4, 256 << 20)
+
+
+def plan_pools(
     *,
-    budget: int,
-    device_used: int,
-    activation_peak: int,
-    workspace_cached: int,
+    room: int,
+    wanted_slots: int,
+    slot_bytes: int,
     block_bytes: int,
-) -> int:
-    """KV blocks that fit under ``budget`` bytes of the whole process, given what is in use now. The
-    step workspace must still fit: the part of the activation peak torch does not already hold cached
-    is reserved, with 10% headroom for fragmentation."""
-    pending = max(0, int(activation_peak * 1.1) - workspace_cached)
-    return max(0, (budget - device_used - pending) // block_bytes)
-
-
-def state_slots_that_fit(*, wanted: int, slot_bytes: int, room: int) -> int:
-    """How many of ``wanted`` GDN state slots fit in ``room`` bytes (the caller keeps room for KV)."""
-    return max(0, min(wanted, room // max(slot_bytes, 1)))
+    fixed_kv: int,
+    kv_floor: int,
+) -> tuple[int, int]:
+    """(GDN state slots, KV blocks), neither counting its reserved index 0, from ``room`` bytes (the
+    budget minus what is in use, the step workspace and the graph pool). Slots come first, as many of
+    ``wanted_slots`` as fit beside the reserved slot 0 and ``kv_floor`` bytes of KV; the KV pool is
+    ``fixed_kv`` bytes when that is set, else what the slots leave."""
+    room -= slot_bytes  # slot 0, the padding slot, is allocated too
+    slots = max(0, min(wanted_slots, (room - (fixed_kv or kv_floor)) // max(slot_bytes, 1)))
+    kv = fixed_kv or room - slots * slot_bytes
+    return slots, max(0, kv // block_bytes)

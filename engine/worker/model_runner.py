@@ -26,10 +26,10 @@ from engine.worker.cuda_graphs import DecodeGraphs
 from engine.worker.memory import (
     MemorySplit,
     gib,
-    kv_budget_blocks,
     measure_split,
     parse_bytes,
-    state_slots_that_fit,
+    plan_pools,
+    workspace_reserve,
 )
 from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
 from engine.worker.resolve import resolve_model
@@ -72,8 +72,8 @@ class ModelRunner:
         self.max_model_len = mc.max_model_len or min(cfg.max_position_embeddings, 32768)
         self.block_size = config.cache.block_size
         sc = config.scheduler
-        self._limit_text = config.cache.device_memory_limit
         self._activation_peak = 0
+        self._total = 0  # the device's memory, or --device-memory-limit (set by _plan_cuda)
         self.device_name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
         self._peak = 0
         self.memory: MemorySplit | None = None
@@ -117,7 +117,7 @@ class ModelRunner:
             self.max_model_len,
         )
         if self.device.type == "cuda":
-            self.memory = self._measure(self._activation_peak)
+            self.memory = self._measure()
             log.info("%s", self.memory.log_line())
 
     def _device_total(self, config: EngineConfig) -> int:
@@ -141,7 +141,7 @@ class ModelRunner:
     def _plan_cuda(self, config: EngineConfig, use_graphs: bool, max_blocks: int) -> tuple[int, int]:
         """(state slots, KV blocks), both with their reserved index 0, under the memory budget."""
         bs, sc, cc = self.block_size, config.scheduler, config.cache
-        total = self._device_total(config)
+        total = self._total = self._device_total(config)
         budget = int(total * cc.gpu_memory_utilization)
         # Profile forward at the full token budget on a minimal pool: the step workspace.
         tokens = sc.max_num_batched_tokens
@@ -173,65 +173,44 @@ class ModelRunner:
             fixed_kv = max(kv_memory // block_bytes, 1) * block_bytes
         # Slots come first (each running request needs one), keeping room for at least one request of
         # the full context in the KV pool when its size is not fixed.
-        kv_floor = fixed_kv or math.ceil(self.max_model_len / bs) * block_bytes
-        # The profile step does not sample: keep room for a full batch of fp32 sampling rows (softmax,
-        # noise, sort) on top of its measured peak, and never less than 256 MiB of workspace.
-        sampling = 4 * sc.max_num_seqs * self.vocab_size * 4
-        pending = max(int(self._activation_peak * 1.25) + sampling, 256 << 20) + graph_bytes
-        room = budget - used - pending - kv_floor - slot_bytes  # slot 0 is allocated too
-        slots = state_slots_that_fit(wanted=sc.max_num_seqs, slot_bytes=slot_bytes, room=room)
+        kv_floor = math.ceil(self.max_model_len / bs) * block_bytes
+        pending = workspace_reserve(self._activation_peak, sc.max_num_seqs, self.vocab_size) + graph_bytes
+        slots, blocks = plan_pools(
+            room=budget - used - pending,
+            wanted_slots=sc.max_num_seqs,
+            slot_bytes=slot_bytes,
+            block_bytes=block_bytes,
+            fixed_kv=fixed_kv,
+            kv_floor=kv_floor,
+        )
         if slots < 1:
             raise RuntimeError(
                 f"not enough device memory: the budget {gib(budget)} ({cc.gpu_memory_utilization:.2f} of "
                 f"{gib(total)}) holds {gib(used)} in use, {gib(pending)} of step workspace and graphs and "
-                f"{gib(kv_floor)} of KV, leaving no room for a {gib(slot_bytes)} GDN state slot"
+                f"{gib(fixed_kv or kv_floor)} of KV, leaving no room for a {gib(slot_bytes)} GDN state slot"
             )
         if slots < sc.max_num_seqs:
             log.warning(
                 "GDN state slots: %d of --max-num-seqs %d fit the memory budget", slots, sc.max_num_seqs
             )
-        if fixed_kv:
-            blocks = fixed_kv // block_bytes
-        else:
-            blocks = kv_budget_blocks(
-                budget=budget,
-                device_used=used + (slots + 1) * slot_bytes + graph_bytes,
-                activation_peak=self._activation_peak,
-                workspace_cached=0,
-                block_bytes=block_bytes,
-            )
         if blocks < 1:
             raise RuntimeError(f"not enough device memory for the KV cache under the budget {gib(budget)}")
         return slots + 1, blocks + 1
 
-    def _measure(self, activation_peak: int) -> MemorySplit:
+    def _measure(self) -> MemorySplit:
         torch.cuda.synchronize(self.device)
-        seen: set[int] = set()
-        weights = 0
-        for t in self.model.parameters():
-            if id(t) not in seen:
-                seen.add(id(t))
-                weights += t.numel() * t.element_size()
-        c = self.cache
-        kv = sum(t.numel() * t.element_size() for t in c.k_cache + c.v_cache)
-        state = sum(t.numel() * t.element_size() for t in c.conv_state + c.ssm_state)
+        itemsize = torch.tensor([], dtype=self.dtype).element_size()  # every parameter is in the model dtype
         graphs = self.graphs.reserved_bytes + self.graphs.logits.numel() * 4 if self.graphs else 0
-        total = self._device_total_now()
         return measure_split(
-            weights=weights,
-            kv_cache=kv,
-            state_pool=state,
+            weights=self.model.num_parameters() * itemsize,
+            kv_cache=self.num_kv_blocks * kv_bytes_per_block(self.cache_spec, self.block_size, self.dtype),
+            state_pool=self.num_state_slots * state_bytes_per_slot(self.cache_spec, self.dtype),
             cuda_graphs=graphs,
-            activation_peak=activation_peak,
+            activation_peak=self._activation_peak,
             torch_reserved=torch.cuda.memory_reserved(self.device),
             device_used=self._used(),
-            total=total,
+            total=self._total,
         )
-
-    def _device_total_now(self) -> int:
-        total = torch.cuda.mem_get_info(self.device)[1]
-        limit = parse_bytes(self._limit_text, "--device-memory-limit")
-        return min(total, limit) if limit else total
 
     def execute(self, batch: ForwardBatch) -> torch.Tensor:
         """Logits ``[len(batch.logits_indices), vocab]`` in fp32."""

@@ -13,10 +13,10 @@ import pytest
 
 from engine.worker.memory import (
     MemorySplit,
-    kv_budget_blocks,
     measure_split,
     parse_bytes,
-    state_slots_that_fit,
+    plan_pools,
+    workspace_reserve,
 )
 
 GIB = 1 << 30
@@ -61,29 +61,45 @@ def test_split_adds_up_to_the_measured_use():
     assert "kv_cache 1.00 GiB" in s.log_line()
 
 
-def test_kv_blocks_keep_room_for_the_step_workspace():
-    # 10 GiB budget, 8 GiB in use, a 1 GiB activation peak (1.1 GiB reserved for it), 1 MiB blocks
-    n = kv_budget_blocks(
-        budget=10 * GIB, device_used=8 * GIB, activation_peak=GIB, workspace_cached=0, block_bytes=1 << 20
+MIB = 1 << 20
+SLOT = 49 * MIB  # a Qwen3.5-4B GDN state slot
+BLOCK = 1 * MIB  # a 4B KV block of 32 tokens
+
+
+def test_slots_first_then_kv_from_what_they_leave():
+    slots, blocks = plan_pools(
+        room=10 * GIB, wanted_slots=32, slot_bytes=SLOT, block_bytes=BLOCK, fixed_kv=0, kv_floor=GIB
     )
-    assert n == (2 * GIB - int(GIB * 1.1)) // (1 << 20)
-    # workspace torch already caches is not reserved twice
-    m = kv_budget_blocks(
-        budget=10 * GIB, device_used=8 * GIB, activation_peak=GIB, workspace_cached=GIB, block_bytes=1 << 20
+    assert slots == 32
+    assert blocks == (10 * GIB - 33 * SLOT) // BLOCK  # slot 0 is allocated beside the 32
+
+
+def test_slots_shrink_to_the_budget_keeping_the_kv_floor():
+    slots, blocks = plan_pools(
+        room=3 * GIB, wanted_slots=64, slot_bytes=SLOT, block_bytes=BLOCK, fixed_kv=0, kv_floor=GIB
     )
-    assert m > n
+    assert slots == (3 * GIB - SLOT - GIB) // SLOT < 64
+    assert blocks * BLOCK >= GIB  # one full-context request still fits
+
+
+def test_a_fixed_kv_pool_is_kept_and_no_room_means_no_slot():
+    slots, blocks = plan_pools(
+        room=4 * GIB, wanted_slots=64, slot_bytes=SLOT, block_bytes=BLOCK, fixed_kv=3 * GIB, kv_floor=GIB
+    )
+    assert blocks == 3 * GIB // BLOCK and slots == (GIB - SLOT) // SLOT
     assert (
-        kv_budget_blocks(
-            budget=GIB, device_used=2 * GIB, activation_peak=0, workspace_cached=0, block_bytes=1
-        )
+        plan_pools(
+            room=GIB, wanted_slots=8, slot_bytes=SLOT, block_bytes=BLOCK, fixed_kv=2 * GIB, kv_floor=0
+        )[0]
         == 0
     )
 
 
-def test_state_slots_follow_the_budget():
-    assert state_slots_that_fit(wanted=64, slot_bytes=49 << 20, room=10 * GIB) == 64
-    assert state_slots_that_fit(wanted=64, slot_bytes=49 << 20, room=GIB) == GIB // (49 << 20)
-    assert state_slots_that_fit(wanted=64, slot_bytes=49 << 20, room=-5) == 0
+def test_workspace_reserve_covers_sampling_rows_and_a_floor():
+    # 0.16 GiB profile peak (the 4B at 2,048 tokens) and 64 rows of a 248,320-token vocabulary
+    peak = int(0.16 * GIB)
+    assert workspace_reserve(peak, 64, 248_320) == int(peak * 1.25) + 16 * 64 * 248_320
+    assert workspace_reserve(0, 1, 100) == 256 * MIB
 
 
 _SCRIPT = textwrap.dedent(
