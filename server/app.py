@@ -122,14 +122,18 @@ def build_app(llm: EngineClient, server_config: ServerConfig | None = None) -> F
     return app
 
 
+def _ready_info(llm: Any) -> Any:
+    """The engine's ReadyInfo (None for a client that has none, like the tests' fakes)."""
+    return getattr(getattr(llm, "client", None), "ready_info", None)
+
+
 def _device_name(llm: Any) -> str:
     name = getattr(llm, "device_name", None)
     if name is None:
-        name = getattr(getattr(getattr(llm, "client", None), "ready_info", None), "device_name", None)
+        name = getattr(_ready_info(llm), "device_name", None)
     return str(name or "unknown")
 
 
 def _memory_split(llm: Any) -> dict[str, int]:
-    info = getattr(getattr(llm, "client", None), "ready_info", None)
-    split = getattr(info, "memory", None)
+    split = getattr(_ready_info(llm), "memory", None)
     return dict(split) if isinstance(split, dict) else {}
