@@ -18,6 +18,7 @@ import json
 import statistics
 import time
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,6 +49,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device-memory-limit", default="")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     ap.add_argument("--json", default="", help="also write the result here")
+    ap.add_argument(
+        "--memory-history",
+        type=int,
+        default=0,
+        help="record allocation history; list the N largest allocation sites live at the end",
+    )
     a = ap.parse_args(argv)
 
     torch.zeros(1, device="cuda")
@@ -66,6 +73,8 @@ def main(argv: list[str] | None = None) -> None:
             max_waiting_requests=max(a.num_prompts, 1),
         ),
     )
+    if a.memory_history:
+        torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
     t0 = time.perf_counter()
     core = EngineCore(config)
     startup_s = time.perf_counter() - t0
@@ -133,6 +142,32 @@ def main(argv: list[str] | None = None) -> None:
     )
     for k, v in result["steps"].items():
         print(f"  {k:<8} {v['n']:>5} steps  median {v['median_ms']:.2f} ms  mean {v['mean_ms']:.2f} ms")
+    if a.memory_history:
+        live_sites(a.memory_history)
+
+
+def live_sites(top: int) -> None:
+    """The allocation sites (first frame inside this repository) of the blocks live now, by bytes."""
+    snap: Any = torch.cuda.memory._snapshot()
+    sites: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    pools: dict[str, int] = defaultdict(int)
+    for seg in snap["segments"]:
+        pool = "graph pool" if seg.get("segment_pool_id", (0, 0)) != (0, 0) else "default pool"
+        pools[pool] += seg["total_size"]
+        for blk in seg["blocks"]:
+            if blk["state"] != "active_allocated":
+                continue
+            frames: list[dict[str, Any]] = blk.get("frames", [])
+            here = [f for f in frames if "/engine/" in str(f["filename"])]
+            f = here[0] if here else (frames[0] if frames else {"filename": "?", "line": 0, "name": "?"})
+            where = str(f["filename"]).split("/engine/")[-1]
+            key = f"{where}:{f['line']} {f['name']} ({pool})"
+            sites[key][0] += blk["size"]
+            sites[key][1] += 1
+    print("reserved by pool: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in pools.items()))
+    print(f"live allocations by site, the {top} largest (MiB, blocks):")
+    for k, (size, n) in sorted(sites.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"  {size / 2**20:>9.1f} {n:>6}  {k}")
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ steps replay their CUDA graph as in serving:
 - mixed: 32 decodes at ~1,100 tokens of context + 2,016 prefill tokens (one 1,024 prompt + a 992 chunk);
 - decode at batch 1, 8, 32 and 64, ~1,100 tokens of context.
 Reported per kind: wall time (median over repetitions, the sampler's host copy synchronises), device
-time (the sum of kernel durations in one profiled repetition), host time = wall - device, and device
-time by op family (GEMMs, attention, GDN, norms and elementwise, sampling/other). KV and state contents
-are whatever the pools hold (zeros): the shapes, not the values, decide the time.
+time (the sum of kernel durations in one profiled repetition), host time = wall - device, for decode
+steps ``replay`` (the graph replayed alone, timed by CUDA events: kernels plus the gaps between them),
+and device time by op family (GEMMs, attention, GDN, norms and elementwise, sampling/other). KV and
+state contents are whatever the pools hold (zeros): the shapes, not the values, decide the time.
 """
 
 from __future__ import annotations
@@ -73,8 +74,10 @@ class Steps:
         return out
 
 
-def profile_once(runner: ModelRunner, seqs: list[ScheduledSeq]) -> dict[str, float]:
-    """Device microseconds by op family for one step."""
+def profile_once(
+    runner: ModelRunner, seqs: list[ScheduledSeq], kernels: dict[str, list[float]] | None = None
+) -> dict[str, float]:
+    """Device microseconds by op family for one step; ``kernels`` collects [count, us] by kernel name."""
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         runner.execute_model(seqs)
@@ -83,7 +86,30 @@ def profile_once(runner: ModelRunner, seqs: list[ScheduledSeq]) -> dict[str, flo
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             fam[family(ev.name)] += ev.device_time
+            if kernels is not None:
+                row = kernels.setdefault(ev.name, [0, 0.0])
+                row[0] += 1
+                row[1] += ev.device_time
     return dict(fam)
+
+
+def replay_ms(runner: ModelRunner, seqs: list[ScheduledSeq], reps: int) -> float:
+    """Median device time of the step's CUDA graph replayed alone (kernels plus the gaps between them,
+    no host work); 0 when the step has no graph."""
+    graphs = runner.graphs
+    key = graphs.bucket(seqs) if graphs is not None else None
+    if graphs is None or key is None or key not in graphs.graphs:
+        return 0.0
+    g = graphs.graphs[key].graph
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -92,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--load-format", default="auto")
     ap.add_argument("--kernel-arms", nargs="*", default=[])
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--top", type=int, default=0, help="list the N costliest kernels of each step")
     a = ap.parse_args(argv)
     mc = ModelConfig(model=a.model, load_format=a.load_format, kernel_arms=tuple(a.kernel_arms))
     per_seq = math.ceil((CTX + 1100) / 32)
@@ -111,16 +138,25 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             runner.execute_model(seqs)
             walls.append((time.perf_counter() - t0) * 1e3)
-        fam = profile_once(runner, seqs)
+        replay = replay_ms(runner, seqs, a.reps)
+        kernels: dict[str, list[float]] = {}
+        fam = profile_once(runner, seqs, kernels)
         device = sum(fam.values()) / 1e3
         wall = statistics.median(walls)
-        rows.append((name, wall, device, fam))
+        rows.append((name, wall, device, replay, fam))
+        if a.top:
+            n = int(sum(c for c, _ in kernels.values()))
+            print(f"{name}: {n} kernels, the {a.top} costliest (count, total us, name)")
+            for k, (c, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[: a.top]:
+                print(f"  {int(c):>5} {us:>9.1f}  {k[:110]}")
     print(f"arms: {' '.join(a.kernel_arms) or 'defaults'}; device {runner.device_name}")
     names = [f for f, _ in FAMILIES] + ["sampling/other"]
-    print(f"{'step':<22}{'wall ms':>9}{'device':>9}{'host':>8}" + "".join(f"{n[:10]:>12}" for n in names))
-    for name, wall, device, fam in rows:
+    head = f"{'step':<22}{'wall ms':>9}{'device':>9}{'host':>8}{'replay':>8}"
+    print(head + "".join(f"{n[:10]:>12}" for n in names))
+    for name, wall, device, replay, fam in rows:
         cols = "".join(f"{fam.get(n, 0.0) / 1e3:>12.2f}" for n in names)
-        print(f"{name:<22}{wall:>9.2f}{device:>9.2f}{wall - device:>8.2f}{cols}")
+        rep = f"{replay:>8.2f}" if replay else f"{'-':>8}"
+        print(f"{name:<22}{wall:>9.2f}{device:>9.2f}{wall - device:>8.2f}{rep}{cols}")
 
 
 if __name__ == "__main__":
