@@ -69,6 +69,9 @@ class SchedulerConfig:
     """Most sequences in one step; also the number of GDN state slots."""
     max_waiting_requests: int = 1024
     """Queue bound: beyond it new requests get 503 with Retry-After."""
+    async_scheduling: bool = True
+    """Schedule and launch a decode step before the previous step's tokens reach the host (they are fed
+    to it on the device), so the host's work per step overlaps the device's; off: one step at a time."""
 
 
 @dataclass(frozen=True)

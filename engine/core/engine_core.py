@@ -23,7 +23,7 @@ import zmq
 from engine.config import EngineConfig
 from engine.core.kv_manager import KVManager
 from engine.core.request import Request
-from engine.core.scheduler import Scheduler
+from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.messages import (
     AbortRequests,
     AddRequests,
@@ -39,7 +39,7 @@ from engine.messages import (
     encode,
 )
 from engine.sampling_params import FinishReason
-from engine.worker.step import Runner
+from engine.worker.step import DoneStep, PendingStep, Runner, ScheduledSeq
 
 logger = logging.getLogger("deltaserve.engine")
 
@@ -64,6 +64,11 @@ class EngineCore:
         self.scheduler = Scheduler(config.scheduler, self.kv, self.eos_token_ids, self.max_model_len)
         self.step_index = 0
         self._pending: list[EngineOutput] = []  # admission rejections, sent with the next step
+        # Async scheduling needs a runner that launches without waiting (ModelRunner.launch).
+        self._launch = getattr(runner, "launch", None)
+        self.async_scheduling = config.scheduler.async_scheduling and self._launch is not None
+        self._ahead: tuple[SchedulerOutput, PendingStep] | None = None
+        """The next step, already launched on the device (async scheduling)."""
 
     def ready_info(self) -> ReadyInfo:
         r: Any = self.runner
@@ -117,17 +122,35 @@ class EngineCore:
 
     # ---- one step ------------------------------------------------------------------------------
     def has_work(self) -> bool:
-        return self.scheduler.has_work() or bool(self._pending)
+        return self.scheduler.has_work() or bool(self._pending) or self._ahead is not None
 
     def step(self) -> EngineOutputs:
+        """One step's outputs. With async scheduling the step after it is launched before this
+        one's tokens are read back, so the device works through it while the host updates the
+        requests, emits this step and takes in new messages."""
         t0 = time.perf_counter()
-        sched = self.scheduler.schedule()
         outputs, self._pending = self._pending, []
-        if sched.seqs:
-            sampled = self.runner.execute_model(sched.seqs)
-            outputs.extend(self.scheduler.update(sched, sampled))
+        pending: PendingStep | None
+        if self._ahead is not None:
+            sched, pending = self._ahead
+            self._ahead = None
+        else:
+            sched = self.scheduler.schedule()
+            pending = self._run(sched.seqs, None) if sched.seqs else None
+        if pending is not None:
+            if self.async_scheduling:
+                nxt = self.scheduler.schedule_ahead(sched)
+                if nxt is not None:
+                    self._ahead = (nxt, self._run(nxt.seqs, pending))
+            outputs.extend(self.scheduler.update(sched, pending.result()))
         self.step_index += 1
         return EngineOutputs(outputs, self._stats(time.perf_counter() - t0, sched))
+
+    def _run(self, seqs: list[ScheduledSeq], prev: PendingStep | None) -> PendingStep:
+        if self._launch is not None:
+            launched: PendingStep = self._launch(seqs, prev)
+            return launched
+        return DoneStep(self.runner.execute_model(seqs))
 
     def _stats(self, dt: float, sched: Any) -> StepStats:
         r: Any = self.runner

@@ -169,6 +169,59 @@ class Scheduler:
             num_preemptions=preempted,
         )
 
+    def schedule_ahead(self, out: SchedulerOutput) -> SchedulerOutput | None:
+        """The step after ``out``, scheduled before ``out``'s tokens are known (async scheduling), or
+        None when it must wait for them. Only the steady state runs ahead: every running request
+        samples in ``out`` and decodes its (pending) token next, no admission is due, and every
+        one fits its next token in the KV pool without a preemption. Its sampling must not read the
+        request's tokens (penalties, bad words, min_tokens) nor score the prompt. A request that
+        finishes by length in ``out`` is left out; one that stops on a token in ``out`` computes one
+        token too many, which :meth:`update` drops with the rest of a finished request's outputs."""
+        if self.waiting and len(self.running) < self.max_num_seqs and self.kv.num_free_slots > 0:
+            return None  # an admission is due: it goes into a step scheduled with known tokens
+        rows: dict[str, int] = {}
+        for seq, req in zip(out.seqs, out.requests, strict=True):
+            if seq.sample:
+                rows[req.request_id] = len(rows)
+        chosen: list[tuple[Request, int]] = []
+        for req in self.running:
+            row = rows.get(req.request_id)
+            p = req.params
+            if row is None or p.adjusts_logits or p.prompt_logprobs is not None:
+                return None
+            if req.num_output + 1 >= p.max_tokens or req.num_tokens + 1 >= self.max_model_len:
+                continue  # finishes by length with the pending token
+            chosen.append((req, row))
+        if not chosen or len(chosen) > self.budget:
+            return None
+        if not all(self.kv.grow(r.request_id, r.num_tokens + 1) for r, _ in chosen):
+            return None  # the blocks taken stay with their requests; the next schedule() uses them
+        seqs = [
+            ScheduledSeq(
+                token_ids=(0,),  # placeholder: the runner feeds the token sampled in row prev_row
+                num_computed=req.num_tokens,
+                block_ids=tuple(self.kv.block_table(req.request_id)),
+                state_slot=self.kv.slot(req.request_id),
+                sample=True,
+                request_id=req.request_id,
+                params=req.params,
+                num_output=req.num_output + 1,
+                history=req.token_ids,
+                num_prompt=req.num_prompt_tokens,
+                prompt_lp_from=len(req.prompt_logprobs),
+                prev_row=row,
+            )
+            for req, row in chosen
+        ]
+        return SchedulerOutput(
+            seqs=seqs,
+            requests=[r for r, _ in chosen],
+            num_admitted=0,
+            num_prefill_tokens=0,
+            num_decode_tokens=len(seqs),
+            num_preemptions=0,
+        )
+
     def _seq(self, req: Request, n: int) -> ScheduledSeq:
         start = req.num_computed
         return ScheduledSeq(

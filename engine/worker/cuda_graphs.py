@@ -13,7 +13,7 @@ kernels from Python (docs/bench-evidence/2026-11-29-model-server-w1.md); a repla
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +31,19 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 
 # only used while B x N x block_size stays under this many token positions (eager above it); the paged
 # attention kernel (arm attention.paged) reads the block table in place and needs no such bound.
 MAX_GRAPH_KV_TOKENS = 1 << 17
+
+
+_CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """One stream per device for every warm-up and capture, for the whole process. cuBLAS keeps a
+    workspace (32 MiB on Hopper) per stream it ever ran on, never freed: a fresh side stream per
+    capture left ~0.25 GiB of them behind after the lazily captured buckets of a W1 run."""
+    s = _CAPTURE_STREAMS.get(device)
+    if s is None:
+        s = _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
+    return s
 
 
 def _bucket(x: int, buckets: Sequence[int]) -> int | None:
@@ -89,8 +102,14 @@ class DecodeGraphs:
     def bucket(self, seqs: Sequence[ScheduledSeq]) -> tuple[int, int] | None:
         return graph_bucket(seqs, self.batch_buckets, self.block_buckets, self.block_size, self.max_kv_tokens)
 
-    def run(self, seqs: Sequence[ScheduledSeq], key: tuple[int, int]) -> torch.Tensor:
-        """Logits ``[len(seqs), vocab]`` from the graph of bucket ``key``."""
+    def run(
+        self,
+        seqs: Sequence[ScheduledSeq],
+        key: tuple[int, int],
+        patch: Callable[[torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
+        """Logits ``[len(seqs), vocab]`` from the graph of bucket ``key``; ``patch`` may rewrite the
+        static input ids on the device before the replay (tokens a step scheduled ahead reads)."""
         g = self.graphs.get(key)
         if g is None:
             g = self.graphs[key] = self._capture(*key)
@@ -111,6 +130,8 @@ class DecodeGraphs:
         width = key[1]
         table = [list(s.block_ids) + [0] * (width - len(s.block_ids)) for s in seqs] + [[0] * width] * pad
         fb.block_table.copy_(torch.tensor(table, dtype=torch.int32).pin_memory(), non_blocking=True)
+        if patch is not None:
+            patch(fb.input_ids)
         g.graph.replay()
         return g.logits[:b]
 
@@ -154,9 +175,9 @@ class DecodeGraphs:
 
     def _capture(self, batch: int, blocks: int) -> _Graph:
         fb = self._static_batch(batch, blocks)
-        # Warm up on a side stream first (kernel compilation, cuBLAS workspaces, cached tables); the
-        # static inputs all point at null block 0 and state slot 0, so this touches no live state.
-        side = torch.cuda.Stream()
+        # Warm up on the capture stream first (kernel compilation, cuBLAS workspaces, cached tables);
+        # the static inputs all point at null block 0 and state slot 0, so this touches no live state.
+        side = capture_stream(fb.input_ids.device)
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
@@ -165,7 +186,7 @@ class DecodeGraphs:
         graph = torch.cuda.CUDAGraph()
         reserved = torch.cuda.memory_reserved(fb.input_ids.device)
         out = self.logits[:batch]
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph, pool=self.pool, stream=side):
             out.copy_(self.model(fb, self.cache))
         self.reserved_bytes += torch.cuda.memory_reserved(fb.input_ids.device) - reserved
         log.debug("captured decode graph: batch %d, %d KV blocks", batch, blocks)

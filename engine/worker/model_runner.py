@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,12 +34,43 @@ from engine.worker.memory import (
 )
 from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
 from engine.worker.resolve import resolve_model
-from engine.worker.sampler import Sampler
-from engine.worker.step import SamplerOutput, ScheduledSeq
+from engine.worker.sampler import SampledTokens, Sampler
+from engine.worker.step import PendingStep, SamplerOutput, ScheduledSeq
 
 log = logging.getLogger(__name__)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+@dataclass
+class Launched:
+    """A step queued on the device: its sampled tokens (copy to the host in flight) and the prompt
+    logprobs (computed on the host at launch, since that step ran eagerly)."""
+
+    tokens: SampledTokens | None
+    scored: list
+
+    def result(self) -> SamplerOutput:
+        if self.tokens is None:
+            return SamplerOutput([], [], self.scored)
+        ids, logprobs = self.tokens.host()
+        return SamplerOutput(ids, logprobs, self.scored)
+
+
+def _patch(input_ids: torch.Tensor, feed: tuple | None) -> None:
+    """Write the tokens sampled by the previous step into this step's input rows, on the device."""
+    if feed is None:
+        return
+    tokens, src, dst = feed
+    n = len(src)
+    if src == list(range(n)) and dst == src:  # the steady state: the same batch, one step on
+        input_ids[:n].copy_(tokens[:n])
+        return
+    dev = input_ids.device
+    s = torch.tensor(src, dtype=torch.int64).pin_memory() if dev.type == "cuda" else torch.tensor(src)
+    d = torch.tensor(dst, dtype=torch.int64).pin_memory() if dev.type == "cuda" else torch.tensor(dst)
+    s, d = s.to(dev, non_blocking=True), d.to(dev, non_blocking=True)
+    input_ids.index_copy_(0, d, tokens.index_select(0, s))
 
 
 def read_eos_ids(path: Path, fallback: tuple[int, ...]) -> tuple[int, ...]:
@@ -217,6 +249,11 @@ class ModelRunner:
         return self.model(batch, self.cache)
 
     def execute_model(self, seqs: list[ScheduledSeq]) -> SamplerOutput:
+        return self.launch(seqs).result()
+
+    def launch(self, seqs: list[ScheduledSeq], prev: PendingStep | None = None) -> Launched:
+        """Queue one step on the device and return before its tokens reach the host. Rows with
+        ``prev_row >= 0`` read their input token from ``prev``'s sampled tokens on the device."""
         sampled = [s for s in seqs if s.sample]
         # The sampling tensors go to the device ahead of the forward, once per step.
         batch = self.sampler.prepare(
@@ -226,23 +263,37 @@ class ModelRunner:
             [s.history for s in sampled],
             [s.num_prompt for s in sampled],
         )
+        feed = self._feed(seqs, prev)
         scored: list = []
         if wants_prompt_logprobs(seqs):
             # The prompt's own hidden states are kept for scoring, so this step runs eagerly.
             fb = ForwardBatch.build(seqs, self.block_size, self.device)
+            _patch(fb.input_ids, feed)
             hidden = self.model.hidden_states(fb, self.cache)
             logits = self.model.compute_logits(hidden[fb.logits_indices])
             scored = prompt_logprobs(self.model.compute_logits, hidden, seqs, fb.query_start_loc_cpu)
         else:
             key = self.graphs.bucket(seqs) if self.graphs is not None else None
             if key is not None:
-                logits = self.graphs.run(seqs, key)  # type: ignore[union-attr]
+                logits = self.graphs.run(seqs, key, lambda ids: _patch(ids, feed))  # type: ignore[union-attr]
             else:
-                logits = self.execute(ForwardBatch.build(seqs, self.block_size, self.device))
+                fb = ForwardBatch.build(seqs, self.block_size, self.device)
+                _patch(fb.input_ids, feed)
+                logits = self.execute(fb)
         if not sampled:
-            return SamplerOutput([], [], scored)
-        ids, logprobs = self.sampler.sample(logits, batch)
-        return SamplerOutput(ids, logprobs, scored)
+            return Launched(None, scored)
+        return Launched(self.sampler.sample_async(logits, batch), scored)
+
+    def _feed(self, seqs: list[ScheduledSeq], prev: PendingStep | None) -> tuple | None:
+        """(prev's device tokens, source rows, destination token rows) for the rows scheduled ahead."""
+        rows = [(s.prev_row, i) for i, s in enumerate(seqs) if s.prev_row >= 0]
+        if not rows:
+            return None
+        if not isinstance(prev, Launched) or prev.tokens is None:
+            raise RuntimeError("a step scheduled ahead needs the previous launch's sampled tokens")
+        # decodes come first, one token each, so a decode's batch row is its token row
+        assert all(seqs[i].is_decode for _, i in rows)
+        return prev.tokens.tokens, [r for r, _ in rows], [i for _, i in rows]
 
     def device_memory(self) -> tuple[int, int]:
         """(bytes in use on the device now, peak seen at step ends); includes CuPy and the CUDA context.

@@ -125,6 +125,10 @@ class Sampler:
         logits: torch.Tensor,  # [S, V] fp32
         b: SamplingBatch,
     ) -> tuple[list[int], list[TokenLogprobs | None]]:
+        return self.sample_async(logits, b).host()
+
+    def sample_async(self, logits: torch.Tensor, b: SamplingBatch) -> SampledTokens:
+        """Sample on the device and start the copy to the host; nothing here waits for the device."""
         params, rand = b.params, b.random_rows
         raw = logits
         if b.adjusts:
@@ -135,14 +139,51 @@ class Sampler:
             noise = self._noise([params[i] for i in rand], [b.steps[i] for i in rand], logits.shape[-1])
             tokens[rand] = (probs / noise).argmax(dim=-1)
         if b.max_logprobs is None:
-            return tokens.tolist(), [None] * len(params)
+            return SampledTokens(tokens, params)
         logp = torch.log_softmax(raw, dim=-1)
         k = b.max_logprobs
-        chosen = logp.gather(1, tokens[:, None])[:, 0].tolist()
+        chosen = logp.gather(1, tokens[:, None])[:, 0]
         top = logp.topk(k, dim=-1) if k else None
-        top_v: list[list[float]] = top.values.tolist() if top is not None else [[] for _ in params]
-        top_i: list[list[int]] = top.indices.tolist() if top is not None else [[] for _ in params]
-        ids = tokens.tolist()
+        return SampledTokens(
+            tokens, params, chosen, top.values if top else None, top.indices if top else None
+        )
+
+
+class SampledTokens:
+    """One step's sampled tokens on the device (``tokens``, read by a step launched after this one)
+    and their copy to pinned host memory, in flight until :meth:`host` waits for it."""
+
+    def __init__(
+        self,
+        tokens: torch.Tensor,
+        params: Sequence[SamplingParams],
+        chosen: torch.Tensor | None = None,
+        top_v: torch.Tensor | None = None,
+        top_i: torch.Tensor | None = None,
+    ) -> None:
+        self.tokens = tokens
+        self.params = params
+        self._dev = [t for t in (tokens, chosen, top_v, top_i) if t is not None]
+        self._has = (True, chosen is not None, top_v is not None, top_i is not None)
+        pin = tokens.device.type == "cuda"
+        self._host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=pin) for t in self._dev]
+        for h, d in zip(self._host, self._dev, strict=True):
+            h.copy_(d, non_blocking=pin)
+        self._event = torch.cuda.Event() if pin else None
+        if self._event is not None:
+            self._event.record()
+
+    def host(self) -> tuple[list[int], list[TokenLogprobs | None]]:
+        if self._event is not None:
+            self._event.synchronize()
+        vals = iter(self._host)
+        ids: list[int] = next(vals).tolist()
+        params = self.params
+        if not self._has[1]:
+            return ids, [None] * len(params)
+        chosen: list[float] = next(vals).tolist()
+        top_v: list[list[float]] = next(vals).tolist() if self._has[2] else [[] for _ in params]
+        top_i: list[list[int]] = next(vals).tolist() if self._has[3] else [[] for _ in params]
         out: list[TokenLogprobs | None] = []
         for r, p in enumerate(params):
             if p.logprobs is None:

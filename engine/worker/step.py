@@ -23,6 +23,10 @@ class ScheduledSeq(SeqSpec):
     num_prompt: int = 0
     prompt_lp_from: int = 0
     """Prompt positions below this were scored already (before a preemption)."""
+    prev_row: int = -1
+    """A decode scheduled ahead (async scheduling): its one input token is not known on the host yet;
+    it is the token sampled in row ``prev_row`` of the step launched before this one, which the
+    runner reads on the device. ``token_ids`` then holds a placeholder."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,27 @@ class SamplerOutput:
     """Parallel to *all* scheduled sequences (not only sampled ones); empty when none asked."""
 
 
+class PendingStep(Protocol):
+    """A launched step; ``result()`` waits for its sampled tokens (once)."""
+
+    def result(self) -> SamplerOutput: ...
+
+
+@dataclass(frozen=True)
+class DoneStep:
+    """A step that ran to completion at launch (a runner without asynchronous launches)."""
+
+    output: SamplerOutput
+
+    def result(self) -> SamplerOutput:
+        return self.output
+
+
 class Runner(Protocol):
-    """The scheduler's view of a model runner (the real ModelRunner, or a fake in tests)."""
+    """The scheduler's view of a model runner (the real ModelRunner, or a fake in tests).
+
+    A runner that can run ahead also has ``launch(seqs, prev) -> PendingStep``: it queues the step
+    and returns before the tokens are on the host; rows with ``prev_row >= 0`` take their input token
+    from ``prev``'s sampled tokens."""
 
     def execute_model(self, seqs: list[ScheduledSeq]) -> SamplerOutput: ...

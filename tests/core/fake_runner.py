@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from engine.config import EngineConfig
 from engine.sampling_params import TokenLogprobs
-from engine.worker.step import SamplerOutput, ScheduledSeq
+from engine.worker.step import DoneStep, SamplerOutput, ScheduledSeq
 
 EOS = 0
 
@@ -66,9 +67,20 @@ class FakeRunner:
         self.batches: list[list[ScheduledSeq]] = []
         self._cache: dict[str, list[int]] = {}  # tokens "in the KV cache" per request
         self.keep_batches = False
+        self.launched_ahead = 0  # steps launched before the previous step's tokens were read
 
     def device_memory(self) -> tuple[int, int]:
         return (1000, 2000)
+
+    def launch(self, seqs: list[ScheduledSeq], prev: DoneStep | None = None) -> DoneStep:
+        """As the real runner's: rows scheduled ahead take the token ``prev`` sampled in their row
+        (the fake runs at launch, so ``prev`` is already done)."""
+        if any(s.prev_row >= 0 for s in seqs):
+            assert prev is not None, "a step scheduled ahead without the previous launch"
+            ids = prev.result().token_ids
+            seqs = [replace(s, token_ids=(ids[s.prev_row],)) if s.prev_row >= 0 else s for s in seqs]
+            self.launched_ahead += 1
+        return DoneStep(self.execute_model(seqs))
 
     def execute_model(self, seqs: list[ScheduledSeq]) -> SamplerOutput:
         self.steps += 1
