@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kv-cache-memory", default="")
     ap.add_argument("--device-memory-limit", default="")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
+    ap.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--json", default="", help="also write the result here")
     ap.add_argument(
         "--memory-history",
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
             max_num_seqs=a.max_num_seqs,
             max_num_batched_tokens=a.max_num_batched_tokens,
             max_waiting_requests=max(a.num_prompts, 1),
+            async_scheduling=a.async_scheduling,
         ),
     )
     if a.memory_history:
