@@ -15,26 +15,42 @@
 // of 32 * UNROLL), so a narrow N (2560) still puts enough loads in flight; the warps' fp32 tiles are
 // summed through shared memory in warp order, so the result is bitwise the same on every run (no
 // atomics, no split-K launch). Rows past N read row N - 1 (always valid) and are never stored; k
-// past K (only when K is not a multiple of 32 * UNROLL) is masked to zero in both operands; x rows
-// g >= m are zero and never read. Grid: ceil(N / (16 * TILES)), block: 32 * WARPS.
+// past K (only when K is not a multiple of 32 * UNROLL; per lane, so each 16-byte load is either
+// wholly inside a row or not issued) is zero in both operands; x rows g >= m are zero and never read.
+// Grid: ceil(N / (16 * TILES)), block: 32 * WARPS.
+//
+// Overlap with the previous kernel (sm_90+, `overlapped` != 0 when the wrapper launched the grid with
+// programmatic stream serialization): the weights never depend on the kernel before, so a CTA first
+// prefetches its first SK_PREFETCH iterations of weights into L2, lets the next such grid launch, and
+// only then waits for the previous grid (griddepcontrol.wait) before it reads x or writes y. Launched
+// normally, the wait returns at once and nothing is prefetched.
 // Layouts: x [m, K] and W [N, K] contiguous bf16, 16-byte aligned, K % 8 == 0; y [m, N] contiguous.
 // Self-contained (no CUDA headers): NVRTC through CuPy and nvcc see the same text.
 typedef unsigned short bf16_t;
 
-// Tuning rows (engine/ops/gemm/cuda.py parses them): SM, warps per CTA, 16-byte weight loads in
-// flight per thread per iteration (2 * TILES * UNROLL; the wrapper picks TILES from N and the SM count).
+// Tuning rows (engine/ops/gemm/cuda.py parses them): SM, warps per CTA, iterations per warp the
+// unroll of a narrow N aims at. The wrapper always takes one 16-row tile per CTA; a wide N (at least
+// 2 CTAs per SM) takes UNROLL 1, a narrow N (the 2560-row projections: 160 CTAs) the smallest UNROLL
+// (1, 2, 4) that leaves each warp at most ITERS iterations of K, so enough loads are in flight.
+// H200 sweep of (TILES, WARPS, UNROLL), us at M = 1 / 8, the previous table's (2, 8, 2) / (1, 8, 4)
+// first (docs/bench-evidence/2026-12-01-skinny-gemm.md): in_proj 19.2 / 20.9 -> (1, 16, 1) 18.7 / 19.6;
+// gate_up 29.1 / 34.5 -> 25.8 / 26-27; lm_head 395 / 325 -> 287 / 290; down (K 9216) 16.9 / 17.0 ->
+// (1, 16, 4) 15.4 / 16.0; out_proj (K 4096) 9.3 / 9.4 -> (1, 16, 2) 8.7 / 9.0. Two tiles per CTA
+// (x read once per 32 rows) never won by more than noise.
 #define SKINNY_TABLE(X) \
-  X(80, 8, 8)           \
-  X(90, 8, 8)           \
-  X(120, 8, 8)
+  X(80, 16, 4)          \
+  X(90, 16, 4)          \
+  X(120, 16, 4)
+
+#define SK_PREFETCH 2  // weight iterations per warp prefetched into L2 before waiting on the previous grid
 
 template <int SM>
 struct SkinnyParams;
-#define SKINNY_ROW(SM, WARPS, DEPTH)         \
+#define SKINNY_ROW(SM, WARPS, ITERS)         \
   template <>                                \
   struct SkinnyParams<SM> {                  \
     static constexpr int warps = WARPS;      \
-    static constexpr int depth = DEPTH;      \
+    static constexpr int iters = ITERS;      \
   };
 SKINNY_TABLE(SKINNY_ROW)
 #undef SKINNY_ROW
@@ -49,12 +65,11 @@ __device__ __forceinline__ uint4 sk_load_stream(const bf16_t* p) {
   return r;
 }
 
-// x is re-read by every CTA: keep it in L1
-__device__ __forceinline__ uint4 sk_load_keep(const bf16_t* p) {
-  uint4 r;
-  asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-  return r;
-}
+__device__ __forceinline__ void sk_prefetch_l2(const bf16_t* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// x comes from the kernel before: an ordinary (coherent) load in C++, after griddepcontrol.wait (whose
+// "memory" clobber keeps the compiler from hoisting it), never the read-only path
+__device__ __forceinline__ uint4 sk_load_x(const bf16_t* p) { return *reinterpret_cast<const uint4*>(p); }
 
 // c += A * B for one 16 x 8 fp32 tile; a0..a3 the A fragment words, b0, b1 the B fragment words
 __device__ __forceinline__ void sk_mma(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
@@ -73,18 +88,19 @@ __device__ __forceinline__ bf16_t sk_to_bf16(float f) {
 }
 
 // One iteration of a warp: UNROLL groups of 32 k from k0, every load first, then 2 mma per group and
-// tile. CHECK masks groups past K (the last iteration of a K that is not a multiple of the chunk).
+// tile. CHECK masks this lane's loads past K (the last iteration of a K that is not a multiple of the
+// chunk): the lane's 8 values start at k0 + 32u + kt (wrow and xrow already include kt = 8t).
 template <int MT, int TILES, int UNROLL, bool CHECK>
 __device__ __forceinline__ void sk_step(const bf16_t* const (&wrow)[TILES][2], const bf16_t* xrow, bool has_x,
-                                        int k0, int K, float (&acc)[TILES][4]) {
+                                        int k0, int kt, int K, float (&acc)[TILES][4]) {
   uint4 a[TILES][2][UNROLL];
   uint4 b[UNROLL];
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
-    const int k = k0 + 32 * u;  // this lane's 8 values start at k (wrow and xrow include 8t)
-    const bool in = !CHECK || k < K;
+    const int k = k0 + 32 * u;
+    const bool in = !CHECK || k + kt < K;
     b[u] = make_uint4(0u, 0u, 0u, 0u);
-    if (has_x && in) b[u] = sk_load_keep(xrow + k);
+    if (has_x && in) b[u] = sk_load_x(xrow + k);
 #pragma unroll
     for (int i = 0; i < TILES; ++i) {
 #pragma unroll
@@ -107,8 +123,8 @@ __device__ __forceinline__ void sk_step(const bf16_t* const (&wrow)[TILES][2], c
 // MT: the row count the kernel is built for (1, 2, 4, 8); m <= MT rows are live at run time.
 template <int MT, int TILES, int WARPS, int UNROLL>
 __global__ void __launch_bounds__(32 * WARPS)
-    skinny_gemm_kernel(const bf16_t* __restrict__ x, const bf16_t* __restrict__ w, bf16_t* __restrict__ y, int m,
-                       int N, int K) {
+    skinny_gemm_kernel(const bf16_t* x, const bf16_t* __restrict__ w, bf16_t* __restrict__ y, int m,
+                       int N, int K, int overlapped) {
   static_assert(MT == 1 || MT == 2 || MT == 4 || MT == 8, "row counts 1, 2, 4, 8");
   constexpr int ROWS = 16 * TILES;
   constexpr int CHUNK = 32 * UNROLL;
@@ -133,9 +149,30 @@ __global__ void __launch_bounds__(32 * WARPS)
 #pragma unroll
   for (int i = 0; i < TILES; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
 
+  const int kt = 8 * t;
   int k0 = warp * CHUNK;
-  for (; k0 + CHUNK <= K; k0 += WARPS * CHUNK) sk_step<MT, TILES, UNROLL, false>(wrow, xrow, has_x, k0, K, acc);
-  if (k0 < K) sk_step<MT, TILES, UNROLL, true>(wrow, xrow, has_x, k0, K, acc);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (overlapped) {
+#pragma unroll
+    for (int p = 0; p < SK_PREFETCH; ++p) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int k = k0 + p * WARPS * CHUNK + 32 * u;
+        if (k + kt < K) {
+#pragma unroll
+          for (int i = 0; i < TILES; ++i) {
+            sk_prefetch_l2(wrow[i][0] + k);
+            sk_prefetch_l2(wrow[i][1] + k);
+          }
+        }
+      }
+    }
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // x and y belong to the kernels around this one
+#endif
+  for (; k0 + CHUNK <= K; k0 += WARPS * CHUNK) sk_step<MT, TILES, UNROLL, false>(wrow, xrow, has_x, k0, kt, K, acc);
+  if (k0 < K) sk_step<MT, TILES, UNROLL, true>(wrow, xrow, has_x, k0, kt, K, acc);
 
   // C fragment: acc[i] = (n g, m 2t), (n g, m 2t+1), (n g+8, m 2t), (n g+8, m 2t+1) of tile i
 #pragma unroll
@@ -158,19 +195,15 @@ __global__ void __launch_bounds__(32 * WARPS)
 }
 
 #ifdef DELTASERVE_NVCC_CHECK
-// what the wrapper launches on this architecture: every row count, both tile counts
-#define SK_INST(MT, TILES)                                                                                        \
-  template __global__ void skinny_gemm_kernel<MT, TILES, SkinnyParams<DS_SM>::warps,                              \
-                                              SkinnyParams<DS_SM>::depth / (2 * TILES)>(const bf16_t*,            \
-                                                                                         const bf16_t*, bf16_t*, \
-                                                                                         int, int, int);
-SK_INST(1, 1)
-SK_INST(2, 1)
-SK_INST(4, 1)
-SK_INST(8, 1)
-SK_INST(1, 2)
-SK_INST(2, 2)
-SK_INST(4, 2)
-SK_INST(8, 2)
+// what the wrapper launches on this architecture: every row count, one tile, UNROLL 1, 2, 4
+#define SK_INST(MT, UNROLL)                                                                           \
+  template __global__ void skinny_gemm_kernel<MT, 1, SkinnyParams<DS_SM>::warps, UNROLL>(              \
+      const bf16_t*, const bf16_t*, bf16_t*, int, int, int, int);
+#define SK_INST_ROWS(MT) SK_INST(MT, 1) SK_INST(MT, 2) SK_INST(MT, 4)
+SK_INST_ROWS(1)
+SK_INST_ROWS(2)
+SK_INST_ROWS(4)
+SK_INST_ROWS(8)
+#undef SK_INST_ROWS
 #undef SK_INST
 #endif

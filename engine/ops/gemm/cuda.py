@@ -4,6 +4,9 @@ kernel for decode-sized inputs (M <= 8 rows), ``F.linear`` (cuBLAS) for everythi
 The kernel reads the weights exactly once with no split-K reduction launch; the output is allocated by
 torch, the launch goes on torch's current stream and nothing synchronises, so a call is CUDA-graph
 capturable once its instantiation is compiled (the model's warm-up forward does that before capture).
+On sm_90+ inside graphs and on side streams the grid is launched with programmatic stream
+serialization: it prefetches its first weights while the kernel before it finishes and waits for that
+kernel (griddepcontrol.wait) only before it reads x.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.ops.compile import device_cc, i32, kernel, launch, ptr, tuning_row
+from engine.ops.compile import device_cc, i32, kernel, launch, launch_overlapped, ptr, tuning_row
 
 SRC = "gemm/skinny.cu"
 TABLE = "SKINNY_TABLE"
@@ -61,19 +64,30 @@ def why_not(x: torch.Tensor, w: torch.Tensor) -> str | None:
 
 
 def make_plan(
-    m: int, n: int, sms: int, row: tuple[int, int], tiles: int | None = None, unroll: int | None = None
+    m: int,
+    n: int,
+    k: int,
+    sms: int,
+    row: tuple[int, int],
+    *,
+    tiles: int = 1,
+    warps: int | None = None,
+    unroll: int | None = None,
 ) -> Plan:
-    """The launch for m rows and n outputs on a device of ``sms`` SMs. ``row`` = (warps, depth) from the
-    SKINNY_TABLE: depth 16-byte weight loads in flight per thread per iteration = 2 * tiles * unroll.
-    Two 16-row tiles per CTA (x read once for 32 weight rows) once that still gives every SM two CTAs;
-    narrower outputs take one tile and a deeper unroll instead. ``tiles`` / ``unroll`` override (bench)."""
-    warps, depth = row
+    """The launch for [m, k] x [n, k] on a device of ``sms`` SMs; ``row`` = (warps, iters) from the
+    SKINNY_TABLE. A wide N (>= 2 CTAs per SM) streams with UNROLL 1; a narrow N (the 2560-row
+    projections) takes the smallest UNROLL in 1, 2, 4 that leaves each warp at most ``iters``
+    iterations of K, so its few CTAs keep enough loads in flight. Keywords override (the bench)."""
+    table_warps, iters = row
+    warps = table_warps if warps is None else warps
     rows = next(r for r in ROW_COUNTS if r >= m)
-    if tiles is None:
-        tiles = 2 if -(-n // 32) >= 2 * sms else 1
+    blocks = -(-n // (16 * tiles))
     if unroll is None:
-        unroll = max(1, depth // (2 * tiles))
-    return Plan(rows, tiles, warps, unroll, -(-n // (16 * tiles)))
+        unroll = 1
+        if blocks < 2 * sms:
+            while unroll < 4 and -(-k // (warps * 32 * unroll)) > iters:
+                unroll *= 2
+    return Plan(rows, tiles, warps, unroll, blocks)
 
 
 @functools.cache
@@ -83,28 +97,35 @@ def _sm_count(device_index: int) -> int:
 
 def plan_for(x: torch.Tensor, w: torch.Tensor) -> Plan:
     dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    return make_plan(x.shape[0], w.shape[0], _sm_count(dev), tuning_row(SRC, TABLE, device_cc()))
+    m, k = x.shape
+    return make_plan(m, w.shape[0], k, _sm_count(dev), tuning_row(SRC, TABLE, device_cc()))
 
 
-def skinny(x: torch.Tensor, w: torch.Tensor, plan: Plan | None = None) -> torch.Tensor:
+def overlap_default() -> bool:
+    """Whether a launch overlaps the previous kernel (see :func:`engine.ops.compile.launch_overlapped`):
+    on sm_90+ and off the legacy default stream, i.e. inside CUDA graphs and on side streams."""
+    return device_cc() >= 90 and torch.cuda.current_stream().cuda_stream != 0
+
+
+def skinny(
+    x: torch.Tensor, w: torch.Tensor, plan: Plan | None = None, overlap: bool | None = None
+) -> torch.Tensor:
     """x [M, K] @ w [N, K]^T -> y [M, N] bf16 through the kernel; the inputs must pass :func:`why_not`.
-    ``plan`` overrides the table's launch (the bench's sweep)."""
+    ``plan`` and ``overlap`` override the table's launch and :func:`overlap_default` (tests, bench)."""
     why = why_not(x, w)
     if why is not None:
         raise ValueError(f"skinny linear: {why}")
-    return _launch(x, w, plan_for(x, w) if plan is None else plan)
+    plan = plan_for(x, w) if plan is None else plan
+    return _launch(x, w, plan, overlap_default() if overlap is None else overlap)
 
 
-def _launch(x: torch.Tensor, w: torch.Tensor, plan: Plan) -> torch.Tensor:
+def _launch(x: torch.Tensor, w: torch.Tensor, plan: Plan, overlap: bool) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)  # [M, N]
-    launch(
-        kernel(SRC, plan.name),
-        (plan.blocks,),
-        (32 * plan.warps,),
-        (ptr(x), ptr(w), ptr(y), i32(m), i32(n), i32(k)),
-    )
+    fn = kernel(SRC, plan.name)
+    args = (ptr(x), ptr(w), ptr(y), i32(m), i32(n), i32(k), i32(int(overlap)))
+    (launch_overlapped if overlap else launch)(fn, (plan.blocks,), (32 * plan.warps,), args)
     return y
 
 
@@ -113,4 +134,4 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     ``F.linear`` elsewhere (more rows, other dtypes, strided or misaligned inputs, the CPU)."""
     if why_not(x, w) is not None:
         return F.linear(x, w)
-    return _launch(x, w, plan_for(x, w))
+    return _launch(x, w, plan_for(x, w), overlap_default())
