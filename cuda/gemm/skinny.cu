@@ -18,12 +18,6 @@
 // past K (only when K is not a multiple of 32 * UNROLL; per lane, so each 16-byte load is either
 // wholly inside a row or not issued) is zero in both operands; x rows g >= m are zero and never read.
 // Grid: ceil(N / (16 * TILES)), block: 32 * WARPS.
-//
-// Overlap with the previous kernel (sm_90+, `overlapped` != 0 when the wrapper launched the grid with
-// programmatic stream serialization): the weights never depend on the kernel before, so a CTA first
-// prefetches its first SK_PREFETCH iterations of weights into L2, lets the next such grid launch, and
-// only then waits for the previous grid (griddepcontrol.wait) before it reads x or writes y. Launched
-// normally, the wait returns at once and nothing is prefetched.
 // Layouts: x [m, K] and W [N, K] contiguous bf16, 16-byte aligned, K % 8 == 0; y [m, N] contiguous.
 // Self-contained (no CUDA headers): NVRTC through CuPy and nvcc see the same text.
 typedef unsigned short bf16_t;
@@ -32,17 +26,15 @@ typedef unsigned short bf16_t;
 // unroll of a narrow N aims at. The wrapper always takes one 16-row tile per CTA; a wide N (at least
 // 2 CTAs per SM) takes UNROLL 1, a narrow N (the 2560-row projections: 160 CTAs) the smallest UNROLL
 // (1, 2, 4) that leaves each warp at most ITERS iterations of K, so enough loads are in flight.
-// H200 sweep of (TILES, WARPS, UNROLL), us at M = 1 / 8, the previous table's (2, 8, 2) / (1, 8, 4)
-// first (docs/bench-evidence/2026-12-01-skinny-gemm.md): in_proj 19.2 / 20.9 -> (1, 16, 1) 18.7 / 19.6;
-// gate_up 29.1 / 34.5 -> 25.8 / 26-27; lm_head 395 / 325 -> 287 / 290; down (K 9216) 16.9 / 17.0 ->
-// (1, 16, 4) 15.4 / 16.0; out_proj (K 4096) 9.3 / 9.4 -> (1, 16, 2) 8.7 / 9.0. Two tiles per CTA
-// (x read once per 32 rows) never won by more than noise.
+// From the H200 sweep of (TILES, WARPS, UNROLL) (docs/bench-evidence/2026-12-01-skinny-gemm.md), us at
+// M = 1 / 8, the first table's (2, 8, 2) or (1, 8, 4) -> this one: in_proj 19.2 / 20.9 -> 18.7 / 19.6;
+// gate_up 29.1 / 34.5 -> 25.8 / > 27.6; lm_head 395 / 325 -> 287 / 290; down (K 9216) 16.9 / 17.0 ->
+// 15.4 / 16.0; out_proj (K 4096) 9.3 / 9.4 -> 8.7 / 9.0. At M = 8, 8 warps beat 16 on in_proj, qkv and
+// gate_up by 3-8%; two 16-row tiles per CTA (x read once per 32 rows) never beat one by more than noise.
 #define SKINNY_TABLE(X) \
   X(80, 16, 4)          \
   X(90, 16, 4)          \
   X(120, 16, 4)
-
-#define SK_PREFETCH 2  // weight iterations per warp prefetched into L2 before waiting on the previous grid
 
 template <int SM>
 struct SkinnyParams;
@@ -60,15 +52,12 @@ SKINNY_TABLE(SKINNY_ROW)
 __device__ __forceinline__ uint4 sk_load_stream(const bf16_t* p) {
   uint4 r;
   asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
   return r;
 }
 
-__device__ __forceinline__ void sk_prefetch_l2(const bf16_t* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
-// x comes from the kernel before: an ordinary (coherent) load in C++, after griddepcontrol.wait (whose
-// "memory" clobber keeps the compiler from hoisting it), never the read-only path
+// x: a plain load (a few KB that every CTA re-reads; the caches serve it)
 __device__ __forceinline__ uint4 sk_load_x(const bf16_t* p) { return *reinterpret_cast<const uint4*>(p); }
 
 // c += A * B for one 16 x 8 fp32 tile; a0..a3 the A fragment words, b0, b1 the B fragment words
@@ -124,7 +113,7 @@ __device__ __forceinline__ void sk_step(const bf16_t* const (&wrow)[TILES][2], c
 template <int MT, int TILES, int WARPS, int UNROLL>
 __global__ void __launch_bounds__(32 * WARPS)
     skinny_gemm_kernel(const bf16_t* x, const bf16_t* __restrict__ w, bf16_t* __restrict__ y, int m,
-                       int N, int K, int overlapped) {
+                       int N, int K) {
   static_assert(MT == 1 || MT == 2 || MT == 4 || MT == 8, "row counts 1, 2, 4, 8");
   constexpr int ROWS = 16 * TILES;
   constexpr int CHUNK = 32 * UNROLL;
@@ -151,26 +140,6 @@ __global__ void __launch_bounds__(32 * WARPS)
 
   const int kt = 8 * t;
   int k0 = warp * CHUNK;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (overlapped) {
-#pragma unroll
-    for (int p = 0; p < SK_PREFETCH; ++p) {
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const int k = k0 + p * WARPS * CHUNK + 32 * u;
-        if (k + kt < K) {
-#pragma unroll
-          for (int i = 0; i < TILES; ++i) {
-            sk_prefetch_l2(wrow[i][0] + k);
-            sk_prefetch_l2(wrow[i][1] + k);
-          }
-        }
-      }
-    }
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  }
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // x and y belong to the kernels around this one
-#endif
   for (; k0 + CHUNK <= K; k0 += WARPS * CHUNK) sk_step<MT, TILES, UNROLL, false>(wrow, xrow, has_x, k0, kt, K, acc);
   if (k0 < K) sk_step<MT, TILES, UNROLL, true>(wrow, xrow, has_x, k0, kt, K, acc);
 
@@ -198,7 +167,7 @@ __global__ void __launch_bounds__(32 * WARPS)
 // what the wrapper launches on this architecture: every row count, one tile, UNROLL 1, 2, 4
 #define SK_INST(MT, UNROLL)                                                                           \
   template __global__ void skinny_gemm_kernel<MT, 1, SkinnyParams<DS_SM>::warps, UNROLL>(              \
-      const bf16_t*, const bf16_t*, bf16_t*, int, int, int, int);
+      const bf16_t*, const bf16_t*, bf16_t*, int, int, int);
 #define SK_INST_ROWS(MT) SK_INST(MT, 1) SK_INST(MT, 2) SK_INST(MT, 4)
 SK_INST_ROWS(1)
 SK_INST_ROWS(2)

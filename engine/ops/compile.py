@@ -9,7 +9,6 @@ for sm_120), so only ``-std=c++17`` and the ``DS_SM`` define are passed.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import re
@@ -185,71 +184,6 @@ def launch(fn, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, share
     """Launch on torch's current stream; never synchronises, never allocates through CuPy."""
     with current_stream():
         fn(grid, block, args, shared_mem=shared_mem)
-
-
-# cuLaunchKernelEx's structs (cuda.h): a CUlaunchAttribute is an int id, 4 bytes of padding and a 64-byte
-# value union; CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 takes an int flag.
-_PROGRAMMATIC_STREAM_SERIALIZATION = 6
-
-
-class _LaunchAttribute(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
-
-
-class _LaunchConfig(ctypes.Structure):
-    _fields_ = [
-        ("grid", ctypes.c_uint * 3),
-        ("block", ctypes.c_uint * 3),
-        ("shared_mem", ctypes.c_uint),
-        ("stream", ctypes.c_void_p),
-        ("attrs", ctypes.POINTER(_LaunchAttribute)),
-        ("num_attrs", ctypes.c_uint),
-    ]
-
-
-@functools.cache
-def _cu_launch_kernel_ex():
-    fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    return fn
-
-
-def _c_arg(a) -> ctypes._SimpleCData:
-    """A numpy scalar from ptr / i32 / f32 as the ctypes value a kernel parameter slot points to."""
-    import numpy
-
-    kinds = {numpy.uint64: ctypes.c_uint64, numpy.int64: ctypes.c_int64, numpy.int32: ctypes.c_int32}
-    if isinstance(a, numpy.float32):
-        return ctypes.c_float(float(a))
-    return kinds[type(a)](int(a))
-
-
-def launch_overlapped(
-    fn, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0
-) -> None:
-    """:func:`launch` with programmatic stream serialization (sm_90+): the grid may start while the
-    previous kernel on the stream finishes, so the kernel must ``griddepcontrol.wait`` before it reads
-    anything that kernel wrote (or writes anything it reads). Captured into CUDA graphs as a programmatic
-    edge. Through the driver's cuLaunchKernelEx, since CuPy's launch takes no attributes."""
-    import torch
-
-    vals = [_c_arg(a) for a in args]
-    params = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
-    attr = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION)
-    attr.value[0] = 1
-    g, b = (tuple(grid) + (1, 1))[:3], (tuple(block) + (1, 1))[:3]
-    cfg = _LaunchConfig(
-        grid=(ctypes.c_uint * 3)(*g),
-        block=(ctypes.c_uint * 3)(*b),
-        shared_mem=shared_mem,
-        stream=torch.cuda.current_stream().cuda_stream,
-        attrs=ctypes.pointer(attr),
-        num_attrs=1,
-    )
-    rc = _cu_launch_kernel_ex()(ctypes.byref(cfg), fn.ptr, params, None)
-    if rc != 0:
-        raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {rc}")
 
 
 def ptr(t) -> object:

@@ -211,11 +211,11 @@ def poison(m: int, n: int) -> None:
     torch.empty((m, n), dtype=torch.bfloat16, device="cuda").fill_(float("nan"))
 
 
-def run_twice(x: torch.Tensor, w: torch.Tensor, overlap: bool = False) -> torch.Tensor:
+def run_twice(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     poison(x.shape[0], w.shape[0])
-    a = gemm.skinny(x, w, overlap=overlap)
+    a = gemm.skinny(x, w)
     poison(x.shape[0], w.shape[0])
-    b = gemm.skinny(x, w, overlap=overlap)
+    b = gemm.skinny(x, w)
     assert torch.equal(a.view(torch.int16), b.view(torch.int16)), "run-to-run mismatch"
     return a
 
@@ -258,73 +258,26 @@ def test_gpu_fallbacks_are_f_linear(cuda_env):
         gemm.skinny(x9, w)
 
 
-def chain(x: torch.Tensor, overlap: bool | None) -> list[torch.Tensor]:
+def chain(x: torch.Tensor) -> list[torch.Tensor]:
     """A decode-like sequence where every GEMM reads what the kernel just before it wrote: gate_up-sized,
     a torch elementwise kernel, down-sized, then in_proj-sized straight on the previous GEMM's output."""
-    lin = gemm.linear if overlap is None else lambda a, b: gemm.skinny(a, b, overlap=overlap)
-    y1 = lin(x, weights(9216, 2560))  # [M, 9216]
-    y2 = lin(y1 * 0.5, weights(2560, 9216))  # [M, 2560]
-    y3 = lin(y2, weights(12352, 2560))  # [M, 12352]
+    y1 = gemm.linear(x, weights(9216, 2560))  # [M, 9216]
+    y2 = gemm.linear(y1 * 0.5, weights(2560, 9216))  # [M, 2560]
+    y3 = gemm.linear(y2, weights(12352, 2560))  # [M, 12352]
     return [y1, y2, y3]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("overlap", [False, None], ids=["plain", "wrapper_default"])
-def test_graph_replay_equals_eager(cuda_env, overlap):
-    """Captured (the wrapper overlaps launches inside graphs on sm_90+) and replayed vs eager calls on the
-    default stream (never overlapped)."""
+def test_graph_replay_equals_eager(cuda_env):
     xs = [rand(np.random.default_rng(7 + m), m, 2560, dtype=torch.bfloat16, device="cuda") for m in (1, 3, 8)]
-    eager = [y.clone() for x in xs for y in chain(x, False)]
+    eager = [y.clone() for x in xs for y in chain(x)]
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        outs = [y for x in xs for y in chain(x, overlap)]
+        outs = [y for x in xs for y in chain(x)]
     for o in outs:
         o.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
     for a, b in zip(outs, eager, strict=True):
         assert torch.equal(a, b)
-
-
-# Overlapped launches (cuLaunchKernelEx with programmatic stream serialization) last: a bad launch
-# would poison the CUDA context for every test after it.
-
-
-@pytest.fixture
-def side_stream(cuda_env):
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("overlapped launches need sm_90+")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    yield side
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("m", [1, 3, 8])
-@pytest.mark.parametrize(("name", "n", "k"), SHAPES, ids=[s[0] for s in SHAPES])
-def test_overlapped_launch_is_bitwise_the_plain_one(side_stream, name, n, k, m):
-    w = weights(n, k)
-    x = rand(np.random.default_rng(100 * m + k), m, k, dtype=torch.bfloat16, device="cuda")
-    plain = gemm.skinny(x, w, overlap=False)
-    side_stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side_stream):
-        assert gemm.overlap_default()
-        got = run_twice(x, w, overlap=True)
-    side_stream.synchronize()
-    assert torch.equal(got, plain)
-
-
-@pytest.mark.gpu
-def test_overlapped_chain_waits_for_each_producer(side_stream):
-    xs = [rand(np.random.default_rng(9 + m), m, 2560, dtype=torch.bfloat16, device="cuda") for m in (1, 5, 8)]
-    want = [y for x in xs for y in chain(x, False)]
-    side_stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side_stream):
-        for _ in range(3):
-            poison(8, 12352)
-            got = [y for x in xs for y in chain(x, True)]
-            for a, b in zip(got, want, strict=True):
-                assert torch.equal(a, b), "a GEMM read its input before the kernel that writes it finished"

@@ -4,9 +4,6 @@ kernel for decode-sized inputs (M <= 8 rows), ``F.linear`` (cuBLAS) for everythi
 The kernel reads the weights exactly once with no split-K reduction launch; the output is allocated by
 torch, the launch goes on torch's current stream and nothing synchronises, so a call is CUDA-graph
 capturable once its instantiation is compiled (the model's warm-up forward does that before capture).
-On sm_90+ inside graphs and on side streams the grid is launched with programmatic stream
-serialization: it prefetches its first weights while the kernel before it finishes and waits for that
-kernel (griddepcontrol.wait) only before it reads x.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.ops.compile import device_cc, i32, kernel, launch, launch_overlapped, ptr, tuning_row
+from engine.ops.compile import device_cc, i32, kernel, launch, ptr, tuning_row
 
 SRC = "gemm/skinny.cu"
 TABLE = "SKINNY_TABLE"
@@ -101,31 +98,21 @@ def plan_for(x: torch.Tensor, w: torch.Tensor) -> Plan:
     return make_plan(m, w.shape[0], k, _sm_count(dev), tuning_row(SRC, TABLE, device_cc()))
 
 
-def overlap_default() -> bool:
-    """Whether a launch overlaps the previous kernel (see :func:`engine.ops.compile.launch_overlapped`):
-    on sm_90+ and off the legacy default stream, i.e. inside CUDA graphs and on side streams."""
-    return device_cc() >= 90 and torch.cuda.current_stream().cuda_stream != 0
-
-
-def skinny(
-    x: torch.Tensor, w: torch.Tensor, plan: Plan | None = None, overlap: bool | None = None
-) -> torch.Tensor:
+def skinny(x: torch.Tensor, w: torch.Tensor, plan: Plan | None = None) -> torch.Tensor:
     """x [M, K] @ w [N, K]^T -> y [M, N] bf16 through the kernel; the inputs must pass :func:`why_not`.
-    ``plan`` and ``overlap`` override the table's launch and :func:`overlap_default` (tests, bench)."""
+    ``plan`` overrides the table's launch (the bench's sweep)."""
     why = why_not(x, w)
     if why is not None:
         raise ValueError(f"skinny linear: {why}")
-    plan = plan_for(x, w) if plan is None else plan
-    return _launch(x, w, plan, overlap_default() if overlap is None else overlap)
+    return _launch(x, w, plan_for(x, w) if plan is None else plan)
 
 
-def _launch(x: torch.Tensor, w: torch.Tensor, plan: Plan, overlap: bool) -> torch.Tensor:
+def _launch(x: torch.Tensor, w: torch.Tensor, plan: Plan) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)  # [M, N]
-    fn = kernel(SRC, plan.name)
-    args = (ptr(x), ptr(w), ptr(y), i32(m), i32(n), i32(k), i32(int(overlap)))
-    (launch_overlapped if overlap else launch)(fn, (plan.blocks,), (32 * plan.warps,), args)
+    args = (ptr(x), ptr(w), ptr(y), i32(m), i32(n), i32(k))
+    launch(kernel(SRC, plan.name), (plan.blocks,), (32 * plan.warps,), args)
     return y
 
 
@@ -134,4 +121,4 @@ def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     ``F.linear`` elsewhere (more rows, other dtypes, strided or misaligned inputs, the CPU)."""
     if why_not(x, w) is not None:
         return F.linear(x, w)
-    return _launch(x, w, plan_for(x, w), overlap_default())
+    return _launch(x, w, plan_for(x, w))
