@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 CUDA_DIR = Path(__file__).resolve().parents[1] / "cuda"
-# one folder per op (gdn/, conv/, norm/, attention/); includes resolve from the cuda/ root too (-I)
+# one folder per op (gdn/, conv/, norm/, attention/, gemm/); includes resolve from the cuda/ root too (-I)
 SOURCES = sorted(CUDA_DIR.rglob("*.cu"))
 ARCHS = (120, 90)
 # hot kernels: no spill allowed
@@ -27,6 +27,7 @@ HOT = (
     "add_rms_norm_kernel",
     "silu_mul_kernel",
     "qk_norm_rope_kv_kernel",
+    "skinny_gemm_kernel",
 )
 SMEM_LIMIT = 99 * 1024
 

@@ -11,6 +11,8 @@ NB KV blocks of ``bs`` tokens. Pools (conv state, recurrent state, KV) are updat
 
 Reference signatures (every backend implements exactly these):
 
+linear(x [M, K], w [N, K]) -> [M, N]
+    F.linear without bias, in x.dtype (every projection and the lm_head go through it).
 rms_norm(x [N, D], weight [D], eps) -> [N, D]
     Zero-centred RMSNorm: fp32 compute, scale (1 + w), cast to x.dtype after the multiply.
 gated_rms_norm(x [N, dv], z [N, dv], weight [dv], eps) -> [N, dv]
@@ -70,6 +72,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 OP_NAMES = (
+    "linear",
     "rms_norm",
     "gated_rms_norm",
     "causal_conv1d_prefill",
@@ -90,6 +93,7 @@ OP_NAMES = (
 class Ops:
     """A table of op implementations. Build it with :func:`make_ops`; the model only calls it."""
 
+    linear: Callable[..., Any]
     rms_norm: Callable[..., Any]
     gated_rms_norm: Callable[..., Any]
     causal_conv1d_prefill: Callable[..., Any]

@@ -16,6 +16,7 @@ EVIDENCE = "docs/bench-evidence/2026-11-29-s2-gdn-kernels.md"
 FUSED_EVIDENCE = "docs/bench-evidence/2026-12-01-fused-elementwise.md"
 # The end-to-end A/B that made norm.fused, attention.qk_fused and attention.paged defaults.
 HOT_PATH_EVIDENCE = "docs/bench-evidence/2026-12-01-gpu-hot-path.md"
+GEMM_EVIDENCE = "docs/bench-evidence/2026-12-01-skinny-gemm.md"
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,14 @@ def _norm_rows(s: KernelShapes) -> str | None:
 def _qk_head_dim(s: KernelShapes) -> str | None:
     ok = _pow2_eighths(s.attention_head_dim, 32)
     return None if ok else f"takes head dims of 8 x 2^k up to 256, not {s.attention_head_dim}"
+
+
+def _skinny_gemm(s: KernelShapes) -> str | None:
+    # 16-byte rows of bf16 x and w; the wrapper still falls back to F.linear per call when a K is odd
+    if s.dtype != "bfloat16":
+        return f"takes bfloat16 weights, not {s.dtype}"
+    ok = s.hidden_size % 8 == 0
+    return None if ok else f"needs a hidden size that is a multiple of 8, not {s.hidden_size}"
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,15 @@ ARM_LIST = (
         HOT_PATH_EVIDENCE,
         _attention_head_dim,
     ),
+    # Kernel-level numbers in GEMM_EVIDENCE; off until an end-to-end A/B says otherwise.
+    Arm(
+        "linear.skinny",
+        "linear",
+        "projections and lm_head at M <= 8 rows: a bf16 tensor-core skinny GEMM, no split-K (else F.linear)",
+        False,
+        GEMM_EVIDENCE,
+        _skinny_gemm,
+    ),
 )
 ARMS: dict[str, Arm] = {a.name: a for a in ARM_LIST}
 DEFAULT_ARMS = frozenset(a.name for a in ARM_LIST if a.default)
@@ -155,6 +173,10 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
         from engine.ops.attention import cuda as attention
 
         fused["paged_attention"] = attention.paged_attention
+    if "linear.skinny" in arms:
+        from engine.ops.gemm import cuda as gemm
+
+        fused["linear"] = gemm.linear
     if "prefill.tensorcore" in arms:
         prefill: Callable = functools.partial(chunk.chunk_gated_delta_rule, arms=arms)
     else:

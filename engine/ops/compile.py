@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-# Sources sit in one folder per op (gdn/, conv/, norm/, attention/); shared headers in common/.
+# Sources sit in one folder per op (gdn/, conv/, norm/, attention/, gemm/); shared headers in common/.
 ARCH_HEADER = "common/arch_params.cuh"
 
 

@@ -12,6 +12,7 @@ from engine.ops.gdn.reference import (
     gdn_gating,
     recurrent_gated_delta_rule,
 )
+from engine.ops.gemm.reference import linear
 from engine.ops.norm.fused_reference import add_rms_norm, qk_norm_rope_kv, silu_mul
 from engine.ops.norm.reference import gated_rms_norm, rms_norm
 
@@ -24,6 +25,7 @@ __all__ = [
     "gated_rms_norm",
     "gdn_decode",
     "gdn_gating",
+    "linear",
     "paged_attention",
     "qk_norm_rope_kv",
     "recurrent_gated_delta_rule",

@@ -9,7 +9,11 @@ import pytest
 
 from engine.ops.compile import arch_table, tuning_row, tuning_table
 
-TABLES = [("gdn/chunk.cu", "GDN_CHUNK_TABLE"), ("gdn/decode.cu", "DS_DECODE_TABLE")]
+TABLES = [
+    ("gdn/chunk.cu", "GDN_CHUNK_TABLE"),
+    ("gdn/decode.cu", "DS_DECODE_TABLE"),
+    ("gemm/skinny.cu", "SKINNY_TABLE"),
+]
 
 
 def test_every_family_has_rows_for_sm80_sm90_sm120():

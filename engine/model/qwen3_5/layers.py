@@ -2,7 +2,8 @@
 
 Projections that read the same input are fused into one weight at load time (GDN: qkv|z|b|a;
 attention: q+gate|k|v; MLP: gate|up) so each layer issues one GEMM per input. The loader knows
-the row offsets (``fused_shards``). Every non-GEMM op goes through the ``Ops`` table.
+the row offsets (``fused_shards``). Every op, the GEMMs included (``ops.linear``), goes through the
+``Ops`` table.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from engine.model.forward_batch import ForwardBatch
@@ -57,8 +57,8 @@ class MLP(nn.Module):
         self.down = _param(cfg.hidden_size, cfg.intermediate_size, dtype=dtype)
 
     def forward(self, x: torch.Tensor, ops: Ops) -> torch.Tensor:
-        gu = F.linear(x, self.gate_up)  # [T, 2I]
-        return F.linear(ops.silu_mul(gu), self.down)
+        gu = ops.linear(x, self.gate_up)  # [T, 2I]
+        return ops.linear(ops.silu_mul(gu), self.down)
 
 
 class GatedDeltaNet(nn.Module):
@@ -84,7 +84,7 @@ class GatedDeltaNet(nn.Module):
         ops: Ops,
     ) -> torch.Tensor:
         cfg = self.cfg
-        qkv, z, b, a = torch.split(F.linear(x, self.in_proj), self.splits, dim=-1)
+        qkv, z, b, a = torch.split(ops.linear(x, self.in_proj), self.splits, dim=-1)
         nd = meta.num_decodes
         if nd == 0 or ops.gdn_decode is None:
             y = self._mixed(qkv, z, b, a, nd, meta, conv_state, ssm_state, ops)
@@ -108,7 +108,7 @@ class GatedDeltaNet(nn.Module):
             if nd < x.shape[0]:
                 rest = self._mixed(qkv[nd:], z[nd:], b[nd:], a[nd:], 0, meta, conv_state, ssm_state, ops)
                 y = torch.cat([y, rest])
-        return F.linear(y, self.out_proj)
+        return ops.linear(y, self.out_proj)
 
     def _mixed(
         self,
@@ -197,7 +197,7 @@ class GatedAttention(nn.Module):
         cfg = self.cfg
         t = x.shape[0]
         h, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        qg, k, v = torch.split(F.linear(x, self.qkv_proj), self.splits, dim=-1)
+        qg, k, v = torch.split(ops.linear(x, self.qkv_proj), self.splits, dim=-1)
         qg = qg.reshape(t, h, 2 * d)
         gate = qg[..., d:]
         q = ops.qk_norm_rope_kv(
@@ -227,4 +227,4 @@ class GatedAttention(nn.Module):
             fb.max_seq_len,
             gate=gate,
         )  # [T, H, D], already multiplied by sigmoid(gate)
-        return F.linear(o.reshape(t, h * d), self.o_proj)
+        return ops.linear(o.reshape(t, h * d), self.o_proj)

@@ -53,13 +53,13 @@ class Qwen35Model(nn.Module):
         x, h = self._decoder(fb, cache)
         rows, eps = fb.logits_indices, self.cfg.rms_norm_eps
         y, _ = self.ops.add_rms_norm(x[rows], None if h is None else h[rows], self.norm, eps)
-        return F.linear(y, self.lm_head).float()
+        return self.ops.linear(y, self.lm_head).float()
 
     @torch.inference_mode()
     def compute_logits(self, h: torch.Tensor) -> torch.Tensor:
         """Final norm and lm_head of some rows of :meth:`hidden_states`: ``[R, hidden] -> [R, vocab]`` fp32.
         The norm is per row, so gathering rows first and normalising after is exact."""
-        return F.linear(self.ops.rms_norm(h, self.norm, self.cfg.rms_norm_eps), self.lm_head).float()
+        return self.ops.linear(self.ops.rms_norm(h, self.norm, self.cfg.rms_norm_eps), self.lm_head).float()
 
     @torch.inference_mode()
     def hidden_states(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
