@@ -128,13 +128,13 @@ def test_table_rows_cover_every_arch():
         assert 1 <= warps <= 32 and iters >= 1
 
 
-def test_arm_registered_off_by_default():
+def test_arm_registered_on_by_default():
     from engine.ops.arms import ARMS, DEFAULT_ARMS, KernelShapes, cuda_overrides, usable_arms
 
     arm = ARMS["linear.skinny"]
-    assert arm.op == "linear" and not arm.default and "linear.skinny" not in DEFAULT_ARMS
-    assert "linear" not in cuda_overrides(DEFAULT_ARMS)
-    assert cuda_overrides(DEFAULT_ARMS | {"linear.skinny"})["linear"] is gemm.linear
+    assert arm.op == "linear" and arm.default and "linear.skinny" in DEFAULT_ARMS
+    assert cuda_overrides(DEFAULT_ARMS)["linear"] is gemm.linear
+    assert "linear" not in cuda_overrides(DEFAULT_ARMS - {"linear.skinny"})
     ok = KernelShapes(4, 128, 128, "bfloat16", hidden_size=2560)
     assert usable_arms(frozenset({"linear.skinny"}), ok) == (frozenset({"linear.skinny"}), [])
     for bad, word in (
