@@ -196,23 +196,7 @@ class Scheduler:
             return None
         if not all(self.kv.grow(r.request_id, r.num_tokens + 1) for r, _ in chosen):
             return None  # the blocks taken stay with their requests; the next schedule() uses them
-        seqs = [
-            ScheduledSeq(
-                token_ids=(0,),  # placeholder: the runner feeds the token sampled in row prev_row
-                num_computed=req.num_tokens,
-                block_ids=tuple(self.kv.block_table(req.request_id)),
-                state_slot=self.kv.slot(req.request_id),
-                sample=True,
-                request_id=req.request_id,
-                params=req.params,
-                num_output=req.num_output + 1,
-                history=req.token_ids,
-                num_prompt=req.num_prompt_tokens,
-                prompt_lp_from=len(req.prompt_logprobs),
-                prev_row=row,
-            )
-            for req, row in chosen
-        ]
+        seqs = [self._seq(req, 1, prev_row=row) for req, row in chosen]
         return SchedulerOutput(
             seqs=seqs,
             requests=[r for r, _ in chosen],
@@ -222,20 +206,28 @@ class Scheduler:
             num_preemptions=0,
         )
 
-    def _seq(self, req: Request, n: int) -> ScheduledSeq:
-        start = req.num_computed
+    def _seq(self, req: Request, n: int, prev_row: int = -1) -> ScheduledSeq:
+        """The next ``n`` tokens of ``req``; with ``prev_row`` >= 0, the decode of its pending token
+        (scheduled ahead: the runner feeds the token sampled in that row of the step before)."""
+        if prev_row < 0:
+            start, num_output = req.num_computed, req.num_output
+            tokens = req.token_ids[start : start + n]
+        else:
+            start, num_output = req.num_tokens, req.num_output + 1
+            tokens = [0]  # a placeholder
         return ScheduledSeq(
-            token_ids=req.token_ids[start : start + n],
+            token_ids=tokens,
             num_computed=start,
             block_ids=tuple(self.kv.block_table(req.request_id)),
             state_slot=self.kv.slot(req.request_id),
-            sample=start + n == req.num_tokens,
+            sample=prev_row >= 0 or start + n == req.num_tokens,
             request_id=req.request_id,
             params=req.params,
-            num_output=req.num_output,
+            num_output=num_output,
             history=req.token_ids,
             num_prompt=req.num_prompt_tokens,
             prompt_lp_from=len(req.prompt_logprobs),
+            prev_row=prev_row,
         )
 
     def update(self, out: SchedulerOutput, sampled: SamplerOutput) -> list[EngineOutput]:

@@ -66,11 +66,10 @@ def _patch(input_ids: torch.Tensor, feed: tuple | None) -> None:
     if src == list(range(n)) and dst == src:  # the steady state: the same batch, one step on
         input_ids[:n].copy_(tokens[:n])
         return
-    dev = input_ids.device
-    s = torch.tensor(src, dtype=torch.int64).pin_memory() if dev.type == "cuda" else torch.tensor(src)
-    d = torch.tensor(dst, dtype=torch.int64).pin_memory() if dev.type == "cuda" else torch.tensor(dst)
-    s, d = s.to(dev, non_blocking=True), d.to(dev, non_blocking=True)
-    input_ids.index_copy_(0, d, tokens.index_select(0, s))
+    idx = torch.tensor([src, dst], dtype=torch.int64)
+    cuda = input_ids.device.type == "cuda"
+    idx = (idx.pin_memory() if cuda else idx).to(input_ids.device, non_blocking=cuda)
+    input_ids.index_copy_(0, idx[1], tokens.index_select(0, idx[0]))
 
 
 def read_eos_ids(path: Path, fallback: tuple[int, ...]) -> tuple[int, ...]:
@@ -265,20 +264,19 @@ class ModelRunner:
         )
         feed = self._feed(seqs, prev)
         scored: list = []
-        if wants_prompt_logprobs(seqs):
-            # The prompt's own hidden states are kept for scoring, so this step runs eagerly.
+        scoring = wants_prompt_logprobs(seqs)
+        # The prompt's own hidden states are kept for scoring, so a scoring step runs eagerly.
+        key = self.graphs.bucket(seqs) if self.graphs is not None and not scoring else None
+        if key is not None:
+            logits = self.graphs.run(seqs, key, lambda ids: _patch(ids, feed))  # type: ignore[union-attr]
+        else:
             fb = ForwardBatch.build(seqs, self.block_size, self.device)
             _patch(fb.input_ids, feed)
-            hidden = self.model.hidden_states(fb, self.cache)
-            logits = self.model.compute_logits(hidden[fb.logits_indices])
-            scored = prompt_logprobs(self.model.compute_logits, hidden, seqs, fb.query_start_loc_cpu)
-        else:
-            key = self.graphs.bucket(seqs) if self.graphs is not None else None
-            if key is not None:
-                logits = self.graphs.run(seqs, key, lambda ids: _patch(ids, feed))  # type: ignore[union-attr]
+            if scoring:
+                hidden = self.model.hidden_states(fb, self.cache)
+                logits = self.model.compute_logits(hidden[fb.logits_indices])
+                scored = prompt_logprobs(self.model.compute_logits, hidden, seqs, fb.query_start_loc_cpu)
             else:
-                fb = ForwardBatch.build(seqs, self.block_size, self.device)
-                _patch(fb.input_ids, feed)
                 logits = self.execute(fb)
         if not sampled:
             return Launched(None, scored)

@@ -163,27 +163,31 @@ class SampledTokens:
     ) -> None:
         self.tokens = tokens
         self.params = params
-        self._dev = [t for t in (tokens, chosen, top_v, top_i) if t is not None]
-        self._has = (True, chosen is not None, top_v is not None, top_i is not None)
-        pin = tokens.device.type == "cuda"
-        self._host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=pin) for t in self._dev]
-        for h, d in zip(self._host, self._dev, strict=True):
-            h.copy_(d, non_blocking=pin)
-        self._event = torch.cuda.Event() if pin else None
+        cuda = tokens.device.type == "cuda"
+
+        def to_host(t: torch.Tensor | None) -> torch.Tensor | None:
+            if t is None:
+                return None
+            h = torch.empty(t.shape, dtype=t.dtype, pin_memory=cuda)
+            return h.copy_(t, non_blocking=cuda)
+
+        self._ids, self._chosen = to_host(tokens), to_host(chosen)
+        self._top_v, self._top_i = to_host(top_v), to_host(top_i)
+        self._event = torch.cuda.Event() if cuda else None
         if self._event is not None:
             self._event.record()
 
     def host(self) -> tuple[list[int], list[TokenLogprobs | None]]:
         if self._event is not None:
             self._event.synchronize()
-        vals = iter(self._host)
-        ids: list[int] = next(vals).tolist()
+        assert self._ids is not None
+        ids: list[int] = self._ids.tolist()
         params = self.params
-        if not self._has[1]:
+        if self._chosen is None:
             return ids, [None] * len(params)
-        chosen: list[float] = next(vals).tolist()
-        top_v: list[list[float]] = next(vals).tolist() if self._has[2] else [[] for _ in params]
-        top_i: list[list[int]] = next(vals).tolist() if self._has[3] else [[] for _ in params]
+        chosen: list[float] = self._chosen.tolist()
+        top_v: list[list[float]] = self._top_v.tolist() if self._top_v is not None else [[] for _ in params]
+        top_i: list[list[int]] = self._top_i.tolist() if self._top_i is not None else [[] for _ in params]
         out: list[TokenLogprobs | None] = []
         for r, p in enumerate(params):
             if p.logprobs is None:
