@@ -18,6 +18,7 @@
 // [B] int32 (slot <= 0: padding, zero state, nothing read or written), y [B, Nv*128] bf16 contiguous,
 // cnt_qk [B*Nk] int32, zero between launches.
 #include "common/arch_params.cuh"
+#include "common/pdl.cuh"
 #include "norm/gated_norm.cuh"
 
 // Tuning rows (engine/ops/gdn/decode.py parses them): SM, warps per CTA (the kernel needs 8: a CTA
@@ -239,6 +240,10 @@ __global__ void __launch_bounds__(W * 32, DecodeParams<DS_SM>::ctas_per_sm) gdn_
 #pragma unroll
     for (int ii = 0; ii < 16; ++ii) S[ii][0] = S[ii][1] = S[ii][2] = S[ii][3] = 0.f;
   }
+  // PDL (cuda/common/pdl.cuh): the slots and this layer's state are written by no kernel of the
+  // step before this one, so their loads above may overlap the in_proj GEMM; everything below waits.
+  DS_PDL_WAIT();
+  DS_PDL_LAUNCH();
   if (tid < 96) {  // conv of 4 channels: q (units 0..31), k (32..63), v (64..95)
     const int cc = (tid < 32 ? hk : tid < 64 ? nk + hk : 2 * nk + hv) * DEC_D + (tid & 31) * 4;
     const uint2 xr = *reinterpret_cast<const uint2*>(qkv + (size_t)b * qkv_stride + cc);

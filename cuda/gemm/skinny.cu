@@ -19,7 +19,11 @@
 // wholly inside a row or not issued) is zero in both operands; x rows g >= m are zero and never read.
 // Grid: ceil(N / (16 * TILES)), block: 32 * WARPS.
 // Layouts: x [m, K] and W [N, K] contiguous bf16, 16-byte aligned, K % 8 == 0; y [m, N] contiguous.
-// Self-contained (no CUDA headers): NVRTC through CuPy and nvcc see the same text.
+// PDL (cuda/common/pdl.cuh): each warp issues its first iteration's weight loads before the wait, so
+// under a programmatic launch they are in flight while the kernel before finishes (weights are never
+// written by a step); x is read only after the wait. Without PDL the instruction stream is the same.
+// No CUDA headers: NVRTC through CuPy and nvcc see the same text.
+#include "common/pdl.cuh"
 typedef unsigned short bf16_t;
 
 // Tuning rows (engine/ops/gemm/cuda.py parses them): SM, warps per CTA, iterations per warp the
@@ -51,7 +55,8 @@ SKINNY_TABLE(SKINNY_ROW)
 // next chunk of the row belongs to the next warp)
 __device__ __forceinline__ uint4 sk_load_stream(const bf16_t* p) {
   uint4 r;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+  // volatile: kept in program order with the PDL wait, so the first iteration's loads stay before it
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
       : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
       : "l"(p));
   return r;
@@ -79,34 +84,60 @@ __device__ __forceinline__ bf16_t sk_to_bf16(float f) {
 // One iteration of a warp: UNROLL groups of 32 k from k0, every load first, then 2 mma per group and
 // tile. CHECK masks this lane's loads past K (the last iteration of a K that is not a multiple of the
 // chunk): the lane's 8 values start at k0 + 32u + kt (wrow and xrow already include kt = 8t).
-template <int MT, int TILES, int UNROLL, bool CHECK>
-__device__ __forceinline__ void sk_step(const bf16_t* const (&wrow)[TILES][2], const bf16_t* xrow, bool has_x,
-                                        int k0, int kt, int K, float (&acc)[TILES][4]) {
-  uint4 a[TILES][2][UNROLL];
-  uint4 b[UNROLL];
+template <int TILES, int UNROLL>
+struct SkIter {
+  uint4 a[TILES][2][UNROLL];  // W fragments
+  uint4 b[UNROLL];            // x fragments
+};
+
+template <int TILES, int UNROLL, bool CHECK>
+__device__ __forceinline__ void sk_load_w(SkIter<TILES, UNROLL>& it, const bf16_t* const (&wrow)[TILES][2], int k0,
+                                          int kt, int K) {
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     const int k = k0 + 32 * u;
     const bool in = !CHECK || k + kt < K;
-    b[u] = make_uint4(0u, 0u, 0u, 0u);
-    if (has_x && in) b[u] = sk_load_x(xrow + k);
 #pragma unroll
     for (int i = 0; i < TILES; ++i) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        a[i][h][u] = make_uint4(0u, 0u, 0u, 0u);
-        if (in) a[i][h][u] = sk_load_stream(wrow[i][h] + k);
+        it.a[i][h][u] = make_uint4(0u, 0u, 0u, 0u);
+        if (in) it.a[i][h][u] = sk_load_stream(wrow[i][h] + k);
       }
     }
   }
+}
+
+template <int TILES, int UNROLL, bool CHECK>
+__device__ __forceinline__ void sk_load_x(SkIter<TILES, UNROLL>& it, const bf16_t* xrow, bool has_x, int k0, int kt,
+                                          int K) {
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const int k = k0 + 32 * u;
+    it.b[u] = make_uint4(0u, 0u, 0u, 0u);
+    if (has_x && (!CHECK || k + kt < K)) it.b[u] = sk_load_x(xrow + k);
+  }
+}
+
+template <int TILES, int UNROLL>
+__device__ __forceinline__ void sk_mma_iter(const SkIter<TILES, UNROLL>& it, float (&acc)[TILES][4]) {
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
     for (int i = 0; i < TILES; ++i) {
-      sk_mma(acc[i], a[i][0][u].x, a[i][1][u].x, a[i][0][u].y, a[i][1][u].y, b[u].x, b[u].y);
-      sk_mma(acc[i], a[i][0][u].z, a[i][1][u].z, a[i][0][u].w, a[i][1][u].w, b[u].z, b[u].w);
+      sk_mma(acc[i], it.a[i][0][u].x, it.a[i][1][u].x, it.a[i][0][u].y, it.a[i][1][u].y, it.b[u].x, it.b[u].y);
+      sk_mma(acc[i], it.a[i][0][u].z, it.a[i][1][u].z, it.a[i][0][u].w, it.a[i][1][u].w, it.b[u].z, it.b[u].w);
     }
   }
+}
+
+template <int TILES, int UNROLL, bool CHECK>
+__device__ __forceinline__ void sk_step(const bf16_t* const (&wrow)[TILES][2], const bf16_t* xrow, bool has_x,
+                                        int k0, int kt, int K, float (&acc)[TILES][4]) {
+  SkIter<TILES, UNROLL> it;
+  sk_load_w<TILES, UNROLL, CHECK>(it, wrow, k0, kt, K);
+  sk_load_x<TILES, UNROLL, CHECK>(it, xrow, has_x, k0, kt, K);
+  sk_mma_iter(it, acc);
 }
 
 // MT: the row count the kernel is built for (1, 2, 4, 8); m <= MT rows are live at run time.
@@ -140,8 +171,19 @@ __global__ void __launch_bounds__(32 * WARPS)
 
   const int kt = 8 * t;
   int k0 = warp * CHUNK;
-  for (; k0 + CHUNK <= K; k0 += WARPS * CHUNK) sk_step<MT, TILES, UNROLL, false>(wrow, xrow, has_x, k0, kt, K, acc);
-  if (k0 < K) sk_step<MT, TILES, UNROLL, true>(wrow, xrow, has_x, k0, kt, K, acc);
+  // the first full iteration's weights before the PDL wait, its x after; same k order as the loop
+  const bool first = k0 + CHUNK <= K;
+  SkIter<TILES, UNROLL> it0;
+  if (first) sk_load_w<TILES, UNROLL, false>(it0, wrow, k0, kt, K);
+  DS_PDL_WAIT();
+  DS_PDL_LAUNCH();
+  if (first) {
+    sk_load_x<TILES, UNROLL, false>(it0, xrow, has_x, k0, kt, K);
+    sk_mma_iter(it0, acc);
+    k0 += WARPS * CHUNK;
+  }
+  for (; k0 + CHUNK <= K; k0 += WARPS * CHUNK) sk_step<TILES, UNROLL, false>(wrow, xrow, has_x, k0, kt, K, acc);
+  if (k0 < K) sk_step<TILES, UNROLL, true>(wrow, xrow, has_x, k0, kt, K, acc);
 
   // C fragment: acc[i] = (n g, m 2t), (n g, m 2t+1), (n g+8, m 2t), (n g+8, m 2t+1) of tile i
 #pragma unroll

@@ -18,6 +18,11 @@ FUSED_EVIDENCE = "docs/bench-evidence/2026-12-01-fused-elementwise.md"
 HOT_PATH_EVIDENCE = "docs/bench-evidence/2026-12-01-gpu-hot-path.md"
 GEMM_EVIDENCE = "docs/bench-evidence/2026-12-01-skinny-gemm.md"
 ASYNC_EVIDENCE = "docs/bench-evidence/2026-12-01-async-scheduling.md"
+PDL_EVIDENCE = "docs/bench-evidence/2026-12-01-pdl.md"
+
+
+# the "op" of an arm that changes how the decode graphs launch kernels rather than an op's kernel
+LAUNCH_MODE = "decode graphs"
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,16 @@ ARM_LIST = (
         True,
         GEMM_EVIDENCE,
         _skinny_gemm,
+    ),
+    # Not an op variant but a launch mode of the decode graphs (engine/worker/cuda_graphs.py); the
+    # kernels that support it are marked in cuda/common/pdl.cuh. sm_90 and newer, else ignored.
+    # W2 TPOT 0.935x (2.98 / 2.97 -> 2.78 / 2.78 ms, alternated, A/A equal) in PDL_EVIDENCE.
+    Arm(
+        "graphs.pdl",
+        LAUNCH_MODE,
+        "programmatic dependent launch in captured decode graphs (skinny GEMM, fused norms, attention, K4)",
+        True,
+        PDL_EVIDENCE,
     ),
 )
 ARMS: dict[str, Arm] = {a.name: a for a in ARM_LIST}

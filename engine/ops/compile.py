@@ -17,6 +17,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.ops import launch_ex
+
 # Sources sit in one folder per op (gdn/, conv/, norm/, attention/, gemm/); shared headers in common/.
 ARCH_HEADER = "common/arch_params.cuh"
 
@@ -180,8 +182,19 @@ def current_stream():
     return s
 
 
-def launch(fn, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0) -> None:
-    """Launch on torch's current stream; never synchronises, never allocates through CuPy."""
+def launch(
+    fn, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0, pdl: bool = False
+) -> None:
+    """Launch on torch's current stream; never synchronises, never allocates through CuPy.
+
+    ``pdl``: the kernel waits (``cuda/common/pdl.cuh``) before it reads what earlier kernels wrote, so
+    inside :func:`engine.ops.launch_ex.programmatic_launches` on sm_90+ it is launched with
+    programmatic stream serialization (it may start while the kernel before it finishes)."""
+    if pdl and launch_ex.active() and device_cc() >= 90:
+        import torch
+
+        launch_ex.launch_pdl(fn, grid, block, args, shared_mem, torch.cuda.current_stream().cuda_stream)
+        return
     with current_stream():
         fn(grid, block, args, shared_mem=shared_mem)
 

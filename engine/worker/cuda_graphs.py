@@ -12,6 +12,7 @@ kernels from Python (docs/bench-evidence/2026-11-29-model-server-w1.md); a repla
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from engine.model.cache import ModelCache
 from engine.model.forward_batch import ForwardBatch
 from engine.model.qwen3_5.model import Qwen35Model
 from engine.ops.arms import pads_attention
+from engine.ops.launch_ex import programmatic_launches
 from engine.worker.step import ScheduledSeq
 
 log = logging.getLogger(__name__)
@@ -85,8 +87,11 @@ class _Graph:
 
 
 class DecodeGraphs:
-    def __init__(self, model: Qwen35Model, cache: ModelCache, max_seqs: int, max_blocks: int):
+    def __init__(
+        self, model: Qwen35Model, cache: ModelCache, max_seqs: int, max_blocks: int, pdl: bool = False
+    ):
         self.model, self.cache = model, cache
+        self.pdl = pdl  # arm graphs.pdl: capture the kernels that support it as programmatic launches
         self.block_size = cache.block_size
         self.batch_buckets = batch_buckets(max_seqs)
         self.block_buckets = block_buckets(max_blocks)
@@ -173,6 +178,9 @@ class DecodeGraphs:
             block_size=self.block_size,
         )
 
+    def _launches(self) -> contextlib.AbstractContextManager[None]:
+        return programmatic_launches() if self.pdl else contextlib.nullcontext()
+
     def _capture(self, batch: int, blocks: int) -> _Graph:
         fb = self._static_batch(batch, blocks)
         # Warm up on the capture stream first (kernel compilation, cuBLAS workspaces, cached tables);
@@ -186,7 +194,7 @@ class DecodeGraphs:
         graph = torch.cuda.CUDAGraph()
         reserved = torch.cuda.memory_reserved(fb.input_ids.device)
         out = self.logits[:batch]
-        with torch.cuda.graph(graph, pool=self.pool, stream=side):
+        with torch.cuda.graph(graph, pool=self.pool, stream=side), self._launches():
             out.copy_(self.model(fb, self.cache))
         self.reserved_bytes += torch.cuda.memory_reserved(fb.input_ids.device) - reserved
         log.debug("captured decode graph: batch %d, %d KV blocks", batch, blocks)

@@ -95,6 +95,7 @@ class ModelRunner:
         # Backend and arms were settled by resolve_model: build exactly what the config says.
         self.gdn_backend = mc.gdn_backend
         self.ops = make_ops(mc.gdn_backend, frozenset(mc.kernel_arms))
+        self.pdl = "graphs.pdl" in mc.kernel_arms  # how the decode graphs launch (engine/ops/launch_ex.py)
         self.model = build_model(mc.model, self.ops, self.dtype, self.device, mc.load_format, mc.seed)
         cfg = self.model.cfg
         self.cache_spec = self.model.cache_spec()
@@ -128,7 +129,7 @@ class ModelRunner:
         )
         self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids)
         if use_graphs:
-            self.graphs = DecodeGraphs(self.model, self.cache, self.num_state_slots - 1, max_blocks)
+            self.graphs = DecodeGraphs(self.model, self.cache, self.num_state_slots - 1, max_blocks, self.pdl)
             self.graphs.capture_largest()
         kv_tokens = (self.num_kv_blocks - 1) * self.block_size
         if kv_tokens < self.max_model_len:
@@ -189,7 +190,7 @@ class ModelRunner:
         )
         graph_bytes = 0
         if use_graphs:  # the largest decode graph on the probe pool measures the graph pool
-            probe = DecodeGraphs(self.model, self.cache, sc.max_num_seqs, max_blocks)
+            probe = DecodeGraphs(self.model, self.cache, sc.max_num_seqs, max_blocks, self.pdl)
             probe.capture_largest()
             graph_bytes = probe.reserved_bytes + probe.logits.numel() * 4
             del probe

@@ -279,15 +279,24 @@ def _small_runner(d: Path, dtype: str, backend: str, eager: bool, arms: tuple[st
     return ModelRunner(cfg)
 
 
-def test_decode_graph_replay_bit_equal_to_eager(tmp_path):
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+def test_decode_graph_replay_bit_equal_to_eager(tmp_path, pdl):
     """One decode step replayed from its CUDA graph equals the same step run eagerly on the same
-    static inputs, bit for bit (GDN state restored in between, since a step advances it)."""
+    static inputs, bit for bit (GDN state restored in between, since a step advances it); with arm
+    graphs.pdl the graph's kernels overlap through programmatic launches, replayed several times."""
+    from engine.ops import launch_ex
+    from engine.ops.arms import DEFAULT_ARMS
     from engine.sampling_params import SamplingParams
     from engine.worker.step import ScheduledSeq
 
     backend = "cuda" if _has_cupy() else "torch"
-    r = _small_runner(_small_ckpt(tmp_path), "bfloat16", backend, eager=False)
+    if pdl and (backend != "cuda" or torch.cuda.get_device_capability()[0] < 9):
+        pytest.skip("programmatic dependent launch needs the CUDA kernels on sm_90 or newer")
+    arms = tuple(sorted(DEFAULT_ARMS | {"graphs.pdl"})) if pdl else ()
+    before = launch_ex.launches
+    r = _small_runner(_small_ckpt(tmp_path), "bfloat16", backend, eager=False, arms=arms)
     assert r.graphs is not None
+    assert (launch_ex.launches > before) == pdl  # the capture really used programmatic launches
     greedy = SamplingParams(temperature=0.0)
     prompts = [[5 + i, 9, 11, 300, 7] * (3 + i) for i in range(5)]
     tables, nxt = [], 1  # contiguous block tables with room for the prompt and three tokens
@@ -315,13 +324,25 @@ def test_decode_graph_replay_bit_equal_to_eager(tmp_path):
     ]
     key = r.graphs.bucket(seqs)
     assert key is not None
-    saved = [t.clone() for t in r.cache.conv_state + r.cache.ssm_state]
-    replayed = r.graphs.run(seqs, key).clone()
-    for t, s in zip(r.cache.conv_state + r.cache.ssm_state, saved, strict=True):
-        t.copy_(s)
+    pools = r.cache.conv_state + r.cache.ssm_state
+    saved = [t.clone() for t in pools]
+
+    def restore() -> None:
+        for t, s in zip(pools, saved, strict=True):
+            t.copy_(s)
+
+    replays = []
+    for _ in range(5 if pdl else 1):
+        restore()
+        replays.append(r.graphs.run(seqs, key).clone())
+    after = [t.clone() for t in pools]
+    restore()
     eager = r.execute(r.graphs.graphs[key].batch)[: len(seqs)]
-    assert torch.equal(replayed, eager)
-    report(test="graph_replay_bit_equal", backend=backend, bucket=list(key))
+    for replayed in replays:
+        assert torch.equal(replayed, eager)
+    for t, a in zip(pools, after, strict=True):  # the state a replay leaves equals the eager step's
+        assert torch.equal(t, a)
+    report(test="graph_replay_bit_equal", backend=backend, bucket=list(key), pdl=pdl)
 
 
 def test_graph_and_eager_runners_generate_same_tokens(tmp_path):

@@ -56,7 +56,7 @@ def test_fused_decode_dropped_for_conv_widths_it_cannot_run():
 
 def test_arm_registry_entries_are_complete():
     from engine.ops import OP_NAMES
-    from engine.ops.arms import ARM_LIST, ARMS, DEFAULT_ARMS
+    from engine.ops.arms import ARM_LIST, ARMS, DEFAULT_ARMS, LAUNCH_MODE
 
     root = Path(__file__).resolve().parents[2]
     assert len(ARMS) == len(ARM_LIST)  # no name registered twice
@@ -69,7 +69,8 @@ def test_arm_registry_entries_are_complete():
         "attention.qk_fused",
         "attention.paged",
         "linear.skinny",
+        "graphs.pdl",
     }
     for arm in ARM_LIST:
-        assert arm.op in (*OP_NAMES, "gdn_decode"), arm
+        assert arm.op in (*OP_NAMES, "gdn_decode", LAUNCH_MODE), arm
         assert (root / arm.evidence).is_file(), arm

@@ -293,6 +293,7 @@ def paged_attention(
             f32(float(scale) * LOG2E),
         ),
         shared_mem=plan.smem,
+        pdl=True,
     )
     if plan.splits > 1:
         launch(
@@ -301,6 +302,7 @@ def paged_attention(
             (D // 4,),
             (ptr(o_part), ptr(lse_part), gptr, ptr(out), i32(T * H), i32(H), i32(plan.splits))
             + (i32(gs_t), i32(gs_h)),
+            pdl=True,
         )
     return out
 

@@ -172,5 +172,5 @@ def gdn_decode(
         f32(D**-0.5),
     )
     warps = table_row()[0]
-    launch(kernel(SRC, f"gdn_decode_kernel<{warps}>"), (B * nv,), (32 * warps,), args)
+    launch(kernel(SRC, f"gdn_decode_kernel<{warps}>"), (B * nv,), (32 * warps,), args, pdl=True)
     return y

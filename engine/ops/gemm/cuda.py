@@ -112,7 +112,7 @@ def _launch(x: torch.Tensor, w: torch.Tensor, plan: Plan) -> torch.Tensor:
     n = w.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)  # [M, N]
     args = (ptr(x), ptr(w), ptr(y), i32(m), i32(n), i32(k))
-    launch(kernel(SRC, plan.name), (plan.blocks,), (32 * plan.warps,), args)
+    launch(kernel(SRC, plan.name), (plan.blocks,), (32 * plan.warps,), args, pdl=True)
     return y
 
 

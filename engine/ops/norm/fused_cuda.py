@@ -91,6 +91,7 @@ def add_rms_norm(
             i32(n),
             f32(eps),
         ),
+        pdl=True,
     )
     return y, h
 
@@ -114,6 +115,7 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
         (-(-items // SILU_THREADS),),
         (SILU_THREADS,),
         (ptr(gu), _i64(gu.stride(0)), ptr(out), i32(n), i32(inter)),
+        pdl=True,
     )
     return out
 
@@ -188,5 +190,6 @@ def qk_norm_rope_kv(
             ptr(pos), ptr(inv_freq), i32(rotary_dim),
             ptr(k_cache), ptr(v_cache), ptr(slots), ptr(q), i32(h), i32(hkv),
         ),
+        pdl=True,
     )  # fmt: skip
     return q
