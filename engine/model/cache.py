@@ -2,8 +2,9 @@
 
 The model declares what its layers keep (:class:`CacheSpec`, from ``model.cache_spec()``); the pools
 only allocate it, in the model dtype except the GDN recurrent state, whose dtype is the resolved
-``--mamba-ssm-cache-dtype`` (fp32 by default, bf16 to halve the slot size). Block 0 of the KV pool and slot 0 of the state pool are reserved as padding targets;
-the allocators in ``engine.core.kv_manager`` never hand them out.
+``--mamba-ssm-cache-dtype`` (fp32 by default, bf16 to halve the slot size). Block 0 of the KV pool
+and slot 0 of the state pool are reserved as padding targets; the allocators in
+``engine.core.kv_manager`` never hand them out.
 """
 
 from __future__ import annotations
@@ -48,9 +49,7 @@ def kv_bytes_per_block(spec: CacheSpec, block_size: int, dtype: torch.dtype) -> 
     return per_token * block_size * spec.num_kv_layers
 
 
-def state_bytes_per_slot(
-    spec: CacheSpec, dtype: torch.dtype, ssm_dtype: torch.dtype = torch.float32
-) -> int:
+def state_bytes_per_slot(spec: CacheSpec, dtype: torch.dtype, ssm_dtype: torch.dtype = torch.float32) -> int:
     """One state slot over every GDN layer: conv state in ``dtype``, recurrent state in ``ssm_dtype``."""
     conv = _numel(spec.conv_state_shape) * _itemsize(dtype)
     ssm = _numel(spec.ssm_state_shape) * _itemsize(ssm_dtype)
