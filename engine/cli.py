@@ -19,7 +19,7 @@ from typing import Any
 
 from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, ServerConfig
 from engine.logs import LEVEL_ENV, LEVELS, configure_logging
-from engine.worker.resolve import resolve_model
+from engine.worker.resolve import resolve_cache, resolve_model
 
 SECTIONS = (ModelConfig, CacheConfig, SchedulerConfig, ServerConfig)
 
@@ -92,7 +92,8 @@ def configs_from_args(ns: argparse.Namespace) -> tuple[EngineConfig, ServerConfi
         return cls(**vals)
 
     model = resolve_model(build(ModelConfig))
-    engine = EngineConfig(model=model, cache=build(CacheConfig), scheduler=build(SchedulerConfig))
+    cache = resolve_cache(build(CacheConfig), model.model)
+    engine = EngineConfig(model=model, cache=cache, scheduler=build(SchedulerConfig))
     return engine, build(ServerConfig)
 
 

@@ -15,6 +15,7 @@ from typing import Literal
 Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 LoadFormat = Literal["auto", "safetensors", "dummy"]
 GdnBackend = Literal["auto", "torch", "cuda"]
+SsmCacheDtype = Literal["auto", "float32", "bfloat16"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class CacheConfig:
     device_memory_limit: str = ""
     """Treat the device as having this much memory (e.g. 16GiB to run as on a 16 GB card): the
     utilization applies to it and torch's allocator is capped there."""
+    mamba_ssm_cache_dtype: SsmCacheDtype = "auto"
+    """Storage dtype of the GDN recurrent-state pool: float32, bfloat16 (half the memory per state
+    slot; the math stays fp32, the state is rounded once per step: lossy) or auto (the checkpoint's
+    mamba_ssm_dtype, else float32; vLLM's name)."""
 
 
 @dataclass(frozen=True)

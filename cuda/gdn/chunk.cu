@@ -30,11 +30,13 @@
 // Measured timings, the cycle profile and the variants tried: docs/kernels.md.
 //
 // Layouts (as cuda/gdn/recurrent.cu): q, k [T, Nk, 128] bf16 (token stride given, 16-byte aligned),
-// v [T, Nv, 128] bf16 (token stride given), g, beta [T, Nv] fp32, state [S, Nv, 128 dk, 128 dv] fp32,
+// v [T, Nv, 128] bf16 (token stride given), g, beta [T, Nv] fp32, state [S, Nv, 128 dk, 128 dv] ST
+// (fp32 or bf16: state.cuh; P stays fp32 across all chunks, a bf16 state is rounded once, at the end),
 // out [T, Nv, 128] bf16, qsl [B+1], slots [B] int32 (<= 0: padding, state neither read nor written),
 // has_init [B] u8.
 #include "common/arch_params.cuh"
 #include "chunk.cuh"
+#include "state.cuh"
 
 // Per-arch tuning rows, parsed by engine/ops/gdn/chunk.py: (SM, DVB_MAX, DVB_MIN). The wrapper uses
 // the largest dv block in [DVB_MIN, DVB_MAX] that still gives one CTA per multiprocessor (the H200
@@ -55,10 +57,10 @@ struct ChunkParams;
 GDN_CHUNK_TABLE(GDN_CHUNK_ROW)
 #undef GDN_CHUNK_ROW
 
-template <int DVB, bool O1LO>
+template <int DVB, bool O1LO, typename ST>
 __global__ void __launch_bounds__(DVB * 2, 1)
     gdn_chunk_kernel(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k, const bf16_t* __restrict__ v,
-                     const float* __restrict__ g, const float* __restrict__ beta, float* __restrict__ state,
+                     const float* __restrict__ g, const float* __restrict__ beta, ST* __restrict__ state,
                      const int* __restrict__ qsl, const int* __restrict__ slots,
                      const unsigned char* __restrict__ has_init, bf16_t* __restrict__ out, int nk, int nv,
                      int q_stride, int k_stride, int v_stride, float q_scale) {
@@ -81,18 +83,19 @@ __global__ void __launch_bounds__(DVB * 2, 1)
   const int slot = slots[b];
   const bool live = slot > 0;
   const int dv0 = vb * DVB + 16 * w;  // first dv column of this warp's 16 state rows
-  float* sp = state + ((size_t)(live ? slot : 0) * nv + h) * (128 * 128);
+  ST* sp = state + ((size_t)(live ? slot : 0) * nv + h) * (128 * 128);
   const bf16_t* qh = q + hk * 128;
   const bf16_t* kh = k + hk * 128;
   const bf16_t* vh = v + h * 128 + vb * DVB;
 
   float P[16][4];  // P[nt][e] = S[dk = 8 nt + 2 tq + (e & 1)][dv = dv0 + gq + 8 (e >> 1)]
+  auto p_at = [&](int nt, int e) { return sp + (8 * nt + 2 * tq + (e & 1)) * 128 + dv0 + gq + 8 * (e >> 1); };
   const bool load = live && has_init[b] != 0;
 #pragma unroll
   for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      P[nt][e] = load ? sp[(8 * nt + 2 * tq + (e & 1)) * 128 + dv0 + gq + 8 * (e >> 1)] : 0.f;
+      P[nt][e] = load ? StateIO<ST>::load1(p_at(nt, e)) : 0.f;
 
   // (the copy index math uses an opaque tid so that it is not hoisted out of the chunk loop)
   auto issue_q = [&](int c) {  // Q tile, g and beta of chunk c
@@ -381,19 +384,24 @@ __global__ void __launch_bounds__(DVB * 2, 1)
 #pragma unroll
     for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sp[(8 * nt + 2 * tq + (e & 1)) * 128 + dv0 + gq + 8 * (e >> 1)] = P[nt][e];
+      for (int e = 0; e < 4; ++e) StateIO<ST>::store1(p_at(nt, e), P[nt][e]);
   }
 }
 
 #ifdef DELTASERVE_NVCC_CHECK
-#define DS_CHUNK_ARGS                                                                                                 \
-  const bf16_t*, const bf16_t*, const bf16_t*, const float*, const float*, float*, const int*, const int*,           \
+#define DS_CHUNK_ARGS(ST)                                                                                             \
+  const bf16_t*, const bf16_t*, const bf16_t*, const float*, const float*, ST*, const int*, const int*,              \
       const unsigned char*, bf16_t*, int, int, int, int, int, float
-// every dv block the wrapper can pick (32 only through the chunk.dv32 arm), and the o1hi arm
-template __global__ void gdn_chunk_kernel<128, true>(DS_CHUNK_ARGS);
-template __global__ void gdn_chunk_kernel<64, true>(DS_CHUNK_ARGS);
-template __global__ void gdn_chunk_kernel<32, true>(DS_CHUNK_ARGS);
-template __global__ void gdn_chunk_kernel<128, false>(DS_CHUNK_ARGS);
+// every dv block the wrapper can pick (32 only through the chunk.dv32 arm), and the o1hi arm; fp32 and
+// bf16 state (the same instantiations for both)
+#define DS_CHUNK_INST(ST)                                                          \
+  template __global__ void gdn_chunk_kernel<128, true, ST>(DS_CHUNK_ARGS(ST));  \
+  template __global__ void gdn_chunk_kernel<64, true, ST>(DS_CHUNK_ARGS(ST));   \
+  template __global__ void gdn_chunk_kernel<32, true, ST>(DS_CHUNK_ARGS(ST));   \
+  template __global__ void gdn_chunk_kernel<128, false, ST>(DS_CHUNK_ARGS(ST));
+DS_CHUNK_INST(float)
+DS_CHUNK_INST(bf16_t)
+#undef DS_CHUNK_INST
 static_assert(ChunkParams<DS_SM>::dvb_min >= 32 && ChunkParams<DS_SM>::dvb_max <= 128, "dv blocks 32..128");
 #undef DS_CHUNK_ARGS
 #endif

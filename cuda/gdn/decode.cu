@@ -14,12 +14,14 @@
 // shifted state and resets the counter to 0: no CTA ever waits on another. v channels are private.
 // Layouts: qkv [B, C] bf16 (row stride, C = (2 Nk + Nv) * 128), z [B, Nv*128] bf16 (row stride),
 // b, a [B, Nv] bf16 (row strides), conv_w [C, 4] bf16, conv_state [S, C, 3] bf16, A_log, dt_bias [Nv]
-// and norm_w [128] bf16 or fp32 (flags bits 0, 1, 2 set: bf16), state [S, Nv, 128, 128] fp32, slots
+// and norm_w [128] bf16 or fp32 (flags bits 0, 1, 2 set: bf16), state [S, Nv, 128, 128] ST (fp32 or
+// bf16: state.cuh; fp32 math either way, a bf16 state rounded once when stored after the step), slots
 // [B] int32 (slot <= 0: padding, zero state, nothing read or written), y [B, Nv*128] bf16 contiguous,
 // cnt_qk [B*Nk] int32, zero between launches.
 #include "common/arch_params.cuh"
 #include "common/pdl.cuh"
 #include "norm/gated_norm.cuh"
+#include "state.cuh"
 
 // Tuning rows (engine/ops/gdn/decode.py parses them): SM, warps per CTA (the kernel needs 8: a CTA
 // owns a whole head), CTAs per SM the register cap is sized for (2: 128 registers; nvcc 13.0 spills
@@ -58,10 +60,7 @@ __device__ __forceinline__ float param_f(const void* p, int i, bool is_bf16) {
   return is_bf16 ? bf16_to_f(static_cast<const bf16_t*>(p)[i]) : static_cast<const float*>(p)[i];
 }
 
-// explicit vector stores (NVVM split some float4/uint2 stores into scalar ones)
-__device__ __forceinline__ void st_f4(float* p, float a, float b, float c, float d) {
-  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
+// explicit vector store (NVVM split some uint2 stores into scalar ones; the state's: state.cuh)
 __device__ __forceinline__ void st_u2(bf16_t* p, uint2 v) {
   asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
 }
@@ -202,12 +201,12 @@ __device__ __forceinline__ void write_qk_state(bf16_t* conv_state, size_t sslot,
   const bf16_t *__restrict__ qkv, int qkv_stride, const bf16_t *__restrict__ z, int z_stride,               \
       const bf16_t *__restrict__ bgate, int b_stride, const bf16_t *__restrict__ agate, int a_stride,       \
       const bf16_t *__restrict__ conv_w, bf16_t *__restrict__ conv_state, const void *__restrict__ a_log,   \
-      const void *__restrict__ dt_bias, const void *__restrict__ norm_w, float eps, float *__restrict__ state, \
+      const void *__restrict__ dt_bias, const void *__restrict__ norm_w, float eps, ST *__restrict__ state, \
       const int *__restrict__ slots, int *__restrict__ cnt_qk, bf16_t *__restrict__ y, int nk, int nv,      \
       int flags, float q_scale
 
 // grid: B * Nv, block: 32 * W = 256, at most 128 registers: 2 CTAs per SM.
-template <int W>
+template <int W, typename ST>
 __global__ void __launch_bounds__(W * 32, DecodeParams<DS_SM>::ctas_per_sm) gdn_decode_kernel(DS_DECODE_PARAMS) {
   static_assert(W == 8, "a CTA owns a whole value head");
   __shared__ __align__(16) float f_s[3 * DEC_D];  // conv outputs q | k | v
@@ -228,14 +227,11 @@ __global__ void __launch_bounds__(W * 32, DecodeParams<DS_SM>::ctas_per_sm) gdn_
   const size_t sslot = live ? (size_t)slot : 0;
 
   // the state loads go first: the conv and gate work below overlaps their DRAM latency
-  float* sp = state + (sslot * nv + hv) * (DEC_D * DEC_D) + jc;
+  ST* sp = state + (sslot * nv + hv) * (DEC_D * DEC_D) + jc;
   float S[16][4];
   if (live) {
 #pragma unroll
-    for (int ii = 0; ii < 16; ++ii) {
-      const float4 f = *reinterpret_cast<const float4*>(sp + (size_t)(i0 + ii) * DEC_D);
-      S[ii][0] = f.x; S[ii][1] = f.y; S[ii][2] = f.z; S[ii][3] = f.w;
-    }
+    for (int ii = 0; ii < 16; ++ii) StateIO<ST>::load4(sp + (size_t)(i0 + ii) * DEC_D, S[ii]);
   } else {
 #pragma unroll
     for (int ii = 0; ii < 16; ++ii) S[ii][0] = S[ii][1] = S[ii][2] = S[ii][3] = 0.f;
@@ -282,8 +278,7 @@ __global__ void __launch_bounds__(W * 32, DecodeParams<DS_SM>::ctas_per_sm) gdn_
   }
   if (live) {
 #pragma unroll
-    for (int ii = 0; ii < 16; ++ii)
-      st_f4(sp + (size_t)(i0 + ii) * DEC_D, S[ii][0], S[ii][1], S[ii][2], S[ii][3]);
+    for (int ii = 0; ii < 16; ++ii) StateIO<ST>::store4(sp + (size_t)(i0 + ii) * DEC_D, S[ii]);
   }
   __syncthreads();  // (2) o row and q|k flag visible
   if (w == 0) {
@@ -295,8 +290,9 @@ __global__ void __launch_bounds__(W * 32, DecodeParams<DS_SM>::ctas_per_sm) gdn_
 }
 
 #ifdef DELTASERVE_NVCC_CHECK
-// CI compile check (tests/test_cuda_compile.py): the instantiation the wrapper launches.
-#define DS_DECODE_ARGS const bf16_t*, int, const bf16_t*, int, const bf16_t*, int, const bf16_t*, int, const bf16_t*, bf16_t*, const void*, const void*, const void*, float, float*, const int*, int*, bf16_t*, int, int, int, float
-template __global__ void gdn_decode_kernel<DecodeParams<DS_SM>::warps>(DS_DECODE_ARGS);
+// CI compile check (tests/test_cuda_compile.py): the instantiations the wrapper launches (fp32, bf16 state).
+#define DS_DECODE_ARGS(ST) const bf16_t*, int, const bf16_t*, int, const bf16_t*, int, const bf16_t*, int, const bf16_t*, bf16_t*, const void*, const void*, const void*, float, ST*, const int*, int*, bf16_t*, int, int, int, float
+template __global__ void gdn_decode_kernel<DecodeParams<DS_SM>::warps, float>(DS_DECODE_ARGS(float));
+template __global__ void gdn_decode_kernel<DecodeParams<DS_SM>::warps, bf16_t>(DS_DECODE_ARGS(bf16_t));
 #undef DS_DECODE_ARGS
 #endif

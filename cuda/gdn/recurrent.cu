@@ -14,16 +14,18 @@
 // grid: (Nv * DV / (WARPS * CG * 4), B), block: WARPS * 32.
 //
 // Layouts: q, k [T, Nk, DK] bf16 (token stride given, head stride DK), v [T, Nv, DV] bf16 (token
-// stride given), g, beta [T, Nv] fp32 contiguous, state [S, Nv, DK, DV] fp32 contiguous, out [T, Nv, DV]
+// stride given), g, beta [T, Nv] fp32 contiguous, state [S, Nv, DK, DV] ST contiguous (fp32 or bf16:
+// state.cuh; the math is fp32 either way, a bf16 state is rounded once, when stored), out [T, Nv, DV]
 // bf16 contiguous, qsl [B+1] int32 (nullptr: decode, token b is sequence b), slots [B] int32,
 // has_init [B] u8 (nullptr: decode, always continue from the slot). slot <= 0 is padding: the state
 // is neither read nor written (zero initial state), the output is still written.
 #include "common/arch_params.cuh"
+#include "state.cuh"
 
-template <int DK, int DV, int RG, int WARPS>
+template <int DK, int DV, int RG, int WARPS, typename ST>
 __global__ void __launch_bounds__(WARPS * 32)
     gdn_delta_kernel(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k, const bf16_t* __restrict__ v,
-                     const float* __restrict__ g, const float* __restrict__ beta, float* __restrict__ state,
+                     const float* __restrict__ g, const float* __restrict__ beta, ST* __restrict__ state,
                      const int* __restrict__ qsl, const int* __restrict__ slots,
                      const unsigned char* __restrict__ has_init, bf16_t* __restrict__ out, int nk, int nv,
                      int q_stride, int k_stride, int v_stride, float q_scale) {
@@ -55,17 +57,14 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int slot = slots[b];
   const bool live = slot > 0;
   const bool load = live && (has_init == nullptr || has_init[b] != 0);
-  float* sp = state + ((size_t)(live ? slot : 0) * nv + h) * DK * DV;
+  ST* sp = state + ((size_t)(live ? slot : 0) * nv + h) * DK * DV;
 
-  // the state goes straight between DRAM and registers (float4 per row); staging it through shared
+  // the state goes straight between DRAM and registers (4 values per row); staging it through shared
   // memory with warp-coalesced copies (the former default) was 1.3x slower at batch 32 and was removed
   float S[RPT][4];
   if (load) {
 #pragma unroll
-    for (int ii = 0; ii < RPT; ++ii) {
-      const float4 f = *reinterpret_cast<const float4*>(sp + (size_t)(i0 + ii) * DV + j0);
-      S[ii][0] = f.x; S[ii][1] = f.y; S[ii][2] = f.z; S[ii][3] = f.w;
-    }
+    for (int ii = 0; ii < RPT; ++ii) StateIO<ST>::load4(sp + (size_t)(i0 + ii) * DV + j0, S[ii]);
   } else {
 #pragma unroll
     for (int ii = 0; ii < RPT; ++ii) S[ii][0] = S[ii][1] = S[ii][2] = S[ii][3] = 0.f;
@@ -148,14 +147,14 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   if (!live) return;
 #pragma unroll
-  for (int ii = 0; ii < RPT; ++ii)
-    *reinterpret_cast<float4*>(sp + (size_t)(i0 + ii) * DV + j0) = make_float4(S[ii][0], S[ii][1], S[ii][2], S[ii][3]);
+  for (int ii = 0; ii < RPT; ++ii) StateIO<ST>::store4(sp + (size_t)(i0 + ii) * DV + j0, S[ii]);
 }
 
 #ifdef DELTASERVE_NVCC_CHECK
 #define P_ ArchParams<DS_SM>
-#define DS_DELTA_ARGS const bf16_t*, const bf16_t*, const bf16_t*, const float*, const float*, float*, const int*, const int*, const unsigned char*, bf16_t*, int, int, int, int, int, float
-template __global__ void gdn_delta_kernel<128, 128, P_::delta_rg, P_::delta_warps>(DS_DELTA_ARGS);
+#define DS_DELTA_ARGS(ST) const bf16_t*, const bf16_t*, const bf16_t*, const float*, const float*, ST*, const int*, const int*, const unsigned char*, bf16_t*, int, int, int, int, int, float
+template __global__ void gdn_delta_kernel<128, 128, P_::delta_rg, P_::delta_warps, float>(DS_DELTA_ARGS(float));
+template __global__ void gdn_delta_kernel<128, 128, P_::delta_rg, P_::delta_warps, bf16_t>(DS_DELTA_ARGS(bf16_t));
 #undef DS_DELTA_ARGS
 #undef P_
 #endif

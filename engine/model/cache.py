@@ -1,8 +1,10 @@
 """Device memory pools, allocated once: paged KV for full-attention layers, GDN state slots.
 
 The model declares what its layers keep (:class:`CacheSpec`, from ``model.cache_spec()``); the pools
-only allocate it. Block 0 of the KV pool and slot 0 of the state pool are reserved as padding targets;
-the allocators in ``engine.core.kv_manager`` never hand them out.
+only allocate it, in the model dtype except the GDN recurrent state, whose dtype is the resolved
+``--mamba-ssm-cache-dtype`` (fp32 by default, bf16 to halve the slot size). Block 0 of the KV pool
+and slot 0 of the state pool are reserved as padding targets; the allocators in
+``engine.core.kv_manager`` never hand them out.
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+SSM_DTYPES = (torch.float32, torch.bfloat16)
+"""The recurrent-state storage dtypes every GDN op accepts."""
 
 
 @dataclass(frozen=True)
@@ -23,7 +28,9 @@ class CacheSpec:
     conv_state_shape: tuple[int, ...]
     """One slot's conv state in a GDN layer: [C, K-1], model dtype (as HF keeps it)."""
     ssm_state_shape: tuple[int, ...]
-    """One slot's recurrent state in a GDN layer: [Nv, dk, dv], always fp32."""
+    """One slot's recurrent state in a GDN layer: [Nv, dk, dv], stored in the ssm dtype the pools are
+    given (fp32 by default, bf16 with ``--mamba-ssm-cache-dtype bfloat16``; the ops compute in fp32
+    either way and round to the pool's dtype when they store the state back)."""
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -33,14 +40,19 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.tensor([], dtype=dtype).element_size()
+
+
 def kv_bytes_per_block(spec: CacheSpec, block_size: int, dtype: torch.dtype) -> int:
-    per_token = 2 * _numel(spec.kv_token_shape) * torch.tensor([], dtype=dtype).element_size()
+    per_token = 2 * _numel(spec.kv_token_shape) * _itemsize(dtype)
     return per_token * block_size * spec.num_kv_layers
 
 
-def state_bytes_per_slot(spec: CacheSpec, dtype: torch.dtype) -> int:
-    conv = _numel(spec.conv_state_shape) * torch.tensor([], dtype=dtype).element_size()
-    ssm = _numel(spec.ssm_state_shape) * 4
+def state_bytes_per_slot(spec: CacheSpec, dtype: torch.dtype, ssm_dtype: torch.dtype = torch.float32) -> int:
+    """One state slot over every GDN layer: conv state in ``dtype``, recurrent state in ``ssm_dtype``."""
+    conv = _numel(spec.conv_state_shape) * _itemsize(dtype)
+    ssm = _numel(spec.ssm_state_shape) * _itemsize(ssm_dtype)
     return spec.num_state_layers * (conv + ssm)
 
 
@@ -49,7 +61,7 @@ class ModelCache:
     k_cache: list[torch.Tensor]  # per full-attention layer: [NB, bs, Hkv, D]
     v_cache: list[torch.Tensor]
     conv_state: list[torch.Tensor]  # per GDN layer: [S, C, K-1] in model dtype (as HF keeps it)
-    ssm_state: list[torch.Tensor]  # per GDN layer: [S, Nv, dk, dv] fp32
+    ssm_state: list[torch.Tensor]  # per GDN layer: [S, Nv, dk, dv] fp32 or bf16 (the ssm dtype)
     num_blocks: int
     block_size: int
     num_slots: int
@@ -62,16 +74,20 @@ class ModelCache:
         num_slots: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        ssm_dtype: torch.dtype = torch.float32,
     ) -> ModelCache:
+        """KV and conv state in ``dtype``, the recurrent state in ``ssm_dtype`` (fp32 or bf16)."""
         if num_blocks < 2 or num_slots < 2:
             raise ValueError("need at least 2 KV blocks and 2 state slots (index 0 is reserved)")
+        if ssm_dtype not in SSM_DTYPES:
+            raise ValueError(f"recurrent state dtype {ssm_dtype}: the ops store float32 or bfloat16")
         nf, nl = spec.num_kv_layers, spec.num_state_layers
         kv_shape = (nf, num_blocks, block_size, *spec.kv_token_shape)
         # One allocation per pool kind; layers are views, so the pool is one contiguous block.
         k = torch.zeros(kv_shape, dtype=dtype, device=device)
         v = torch.zeros(kv_shape, dtype=dtype, device=device)
         conv = torch.zeros((nl, num_slots, *spec.conv_state_shape), dtype=dtype, device=device)
-        ssm = torch.zeros((nl, num_slots, *spec.ssm_state_shape), dtype=torch.float32, device=device)
+        ssm = torch.zeros((nl, num_slots, *spec.ssm_state_shape), dtype=ssm_dtype, device=device)
         return ModelCache(
             k_cache=list(k.unbind(0)),
             v_cache=list(v.unbind(0)),

@@ -29,12 +29,14 @@ causal_conv1d_decode(x [B, C], weight [C, K], conv_state [S, C, K-1], state_slot
 gdn_gating(a [T, Nv], b [T, Nv], A_log [Nv], dt_bias [Nv]) -> (g [T, Nv] fp32, beta [T, Nv] fp32)
     g = -exp(A_log.float()) * softplus(a.float() + dt_bias.float()); beta = sigmoid(b) in b.dtype, then fp32.
 chunk_gated_delta_rule(q [T, Nk, dk], k [T, Nk, dk], v [T, Nv, dv], g [T, Nv], beta [T, Nv],
-                       ssm_state [S, Nv, dk, dv] fp32, query_start_loc [B+1], state_slot [B],
+                       ssm_state [S, Nv, dk, dv], query_start_loc [B+1], state_slot [B],
                        has_initial_state [B], max_query_len) -> o [T, Nv, dv] in v.dtype
     Value head j reads key head j // (Nv // Nk). q, k are L2-normalised in fp32 (eps 1e-6 added to the
     sum of squares) and q is scaled by dk**-0.5 inside. Chunk size 64 from each sequence's first new
     token, HF torch_chunk_gated_delta_rule math. Initial state from ssm_state[slot] when
     has_initial_state else zeros; the final state is written back to ssm_state[slot].
+    ssm_state is fp32 or bf16 (--mamba-ssm-cache-dtype): every op computes in fp32 and rounds to the
+    pool's dtype only when it stores the state (once per call, decode step or prefill alike).
 recurrent_gated_delta_rule(q [B, Nk, dk], k [B, Nk, dk], v [B, Nv, dv], g [B, Nv], beta [B, Nv],
                            ssm_state [S, Nv, dk, dv], state_slot [B]) -> o [B, Nv, dv] in v.dtype
     One token per sequence, HF torch_recurrent_gated_delta_rule math (decay, delta update, read after

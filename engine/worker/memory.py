@@ -58,7 +58,7 @@ class MemorySplit:
     kv_cache: int
     """Paged K and V for every full-attention layer."""
     state_pool: int
-    """GDN conv + recurrent state slots for every GDN layer."""
+    """GDN conv + recurrent state slots for every GDN layer (the recurrent state in the ssm dtype)."""
     cuda_graphs: int
     """torch memory reserved while capturing decode graphs at start-up."""
     workspace: int
@@ -86,9 +86,11 @@ class MemorySplit:
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
-    def log_line(self) -> str:
+    def log_line(self, ssm_dtype: str = "float32") -> str:
+        """One line for the start-up log; ``ssm_dtype`` names the recurrent state's storage dtype."""
         parts = ("weights", "kv_cache", "state_pool", "cuda_graphs", "workspace", "non_torch")
-        body = ", ".join(f"{p} {gib(getattr(self, p))}" for p in parts)
+        label = {"state_pool": f"state_pool ({ssm_dtype} recurrent state)"}
+        body = ", ".join(f"{label.get(p, p)} {gib(getattr(self, p))}" for p in parts)
         return (
             f"device memory: {body}; in use {gib(self.used)} of {gib(self.total)}, free {gib(self.free)} "
             f"(activation peak at the full token budget {gib(self.activation_peak)})"

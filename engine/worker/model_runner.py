@@ -33,7 +33,7 @@ from engine.worker.memory import (
     workspace_reserve,
 )
 from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
-from engine.worker.resolve import resolve_model
+from engine.worker.resolve import resolve_cache, resolve_model
 from engine.worker.sampler import SampledTokens, Sampler
 from engine.worker.step import PendingStep, SamplerOutput, ScheduledSeq
 
@@ -99,6 +99,9 @@ class ModelRunner:
         self.model = build_model(mc.model, self.ops, self.dtype, self.device, mc.load_format, mc.seed)
         cfg = self.model.cfg
         self.cache_spec = self.model.cache_spec()
+        # the recurrent-state pool's dtype (--mamba-ssm-cache-dtype, settled once); the ops compute in fp32
+        self.cache_config = resolve_cache(config.cache, mc.model)
+        self.ssm_dtype = DTYPES[self.cache_config.mamba_ssm_cache_dtype]
         self.vocab_size = cfg.vocab_size
         self.eos_token_ids = read_eos_ids(Path(mc.model), cfg.eos_token_ids)
         self.max_model_len = mc.max_model_len or min(cfg.max_position_embeddings, 32768)
@@ -126,6 +129,7 @@ class ModelRunner:
             self.num_state_slots,
             self.dtype,
             self.device,
+            ssm_dtype=self.ssm_dtype,
         )
         self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids)
         if use_graphs:
@@ -137,10 +141,11 @@ class ModelRunner:
             log.warning("max_model_len %d capped to the KV pool's %d tokens", self.max_model_len, kv_tokens)
             self.max_model_len = kv_tokens
         log.info(
-            "capacity: %d concurrent requests (GDN state slots, %.1f MiB), %d KV tokens in %d blocks of %d "
-            "(%.1f MiB; %.1f requests at the full max_model_len %d)",
+            "capacity: %d concurrent requests (GDN state slots, %.1f MiB, recurrent state in %s), %d KV "
+            "tokens in %d blocks of %d (%.1f MiB; %.1f requests at the full max_model_len %d)",
             self.num_state_slots - 1,
-            self.num_state_slots * state_bytes_per_slot(self.cache_spec, self.dtype) / 2**20,
+            self.num_state_slots * self._slot_bytes() / 2**20,
+            self.cache_config.mamba_ssm_cache_dtype,
             kv_tokens,
             self.num_kv_blocks - 1,
             self.block_size,
@@ -150,7 +155,11 @@ class ModelRunner:
         )
         if self.device.type == "cuda":
             self.memory = self._measure()
-            log.info("%s", self.memory.log_line())
+            log.info("%s", self.memory.log_line(self.cache_config.mamba_ssm_cache_dtype))
+
+    def _slot_bytes(self) -> int:
+        """One GDN state slot over every layer: conv state in the model dtype, recurrent in the ssm dtype."""
+        return state_bytes_per_slot(self.cache_spec, self.dtype, self.ssm_dtype)
 
     def _device_total(self, config: EngineConfig) -> int:
         """The device's memory, or --device-memory-limit (torch's allocator is then capped there)."""
@@ -178,7 +187,9 @@ class ModelRunner:
         # Profile forward at the full token budget on a minimal pool: the step workspace.
         tokens = sc.max_num_batched_tokens
         probe_blocks = math.ceil(tokens / bs) + 1
-        self.cache = ModelCache.allocate(self.cache_spec, probe_blocks, bs, 2, self.dtype, self.device)
+        self.cache = ModelCache.allocate(
+            self.cache_spec, probe_blocks, bs, 2, self.dtype, self.device, ssm_dtype=self.ssm_dtype
+        )
         torch.cuda.reset_peak_memory_stats(self.device)
         spec = SeqSpec(
             token_ids=[0] * tokens, num_computed=0, block_ids=list(range(1, probe_blocks)), state_slot=1
@@ -197,7 +208,7 @@ class ModelRunner:
         del self.cache
         torch.cuda.empty_cache()
         used = self._used()
-        slot_bytes = state_bytes_per_slot(self.cache_spec, self.dtype)
+        slot_bytes = self._slot_bytes()
         block_bytes = kv_bytes_per_block(self.cache_spec, bs, self.dtype)
         fixed_kv = cc.num_gpu_blocks_override * block_bytes
         kv_memory = parse_bytes(cc.kv_cache_memory, "--kv-cache-memory")
@@ -236,7 +247,7 @@ class ModelRunner:
         return measure_split(
             weights=self.model.num_parameters() * itemsize,
             kv_cache=self.num_kv_blocks * kv_bytes_per_block(self.cache_spec, self.block_size, self.dtype),
-            state_pool=self.num_state_slots * state_bytes_per_slot(self.cache_spec, self.dtype),
+            state_pool=self.num_state_slots * self._slot_bytes(),
             cuda_graphs=graphs,
             activation_peak=self._activation_peak,
             torch_reserved=torch.cuda.memory_reserved(self.device),

@@ -1,9 +1,11 @@
-"""Config resolution: every "auto" of a ModelConfig settled once, before anything starts.
+"""Config resolution: every "auto" of a ModelConfig and a CacheConfig settled once, before anything
+starts.
 
 Device, dtype, the embedded default model, and which kernels run: the GDN backend falls back to the
 torch reference when the CUDA kernels cannot run the model, and the kernel arms are the exact set that
-will be bound (defaults filled in, arms the model's shapes rule out dropped with a warning). The
-resolved config is what ``deltaserve serve`` logs and what the ModelRunner builds its Ops table from.
+will be bound (defaults filled in, arms the model's shapes rule out dropped with a warning). The GDN
+recurrent-state pool's dtype comes from the checkpoint when "auto" (``resolve_cache``). The resolved
+configs are what ``deltaserve serve`` logs and what the ModelRunner builds its Ops table and pools from.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from engine.config import ModelConfig, default_cache_dir
+from engine.config import CacheConfig, ModelConfig, default_cache_dir
 from engine.ops.arms import DEFAULT_ARMS, KernelShapes, check_known, unsupported_reason, usable_arms
 
 log = logging.getLogger(__name__)
+
+SSM_CACHE_DTYPES = ("float32", "bfloat16")
 
 
 def resolve_device(device: str) -> str:
@@ -79,3 +83,34 @@ def resolve_model(cfg: ModelConfig) -> ModelConfig:
         kernel_arms=arms,
         served_model_name=name,
     )
+
+
+def settle_ssm_dtype(requested: str, checkpoint: str | None) -> str:
+    """The GDN recurrent-state pool's dtype: ``requested`` unless "auto", then the checkpoint's
+    ``mamba_ssm_dtype`` when it names one (float32 when it names none)."""
+    if requested != "auto":
+        if requested not in SSM_CACHE_DTYPES:
+            raise ValueError(
+                f"--mamba-ssm-cache-dtype {requested!r}: choose auto, {' or '.join(SSM_CACHE_DTYPES)}"
+            )
+        return requested
+    if checkpoint is None:
+        return "float32"
+    if checkpoint not in SSM_CACHE_DTYPES:
+        raise ValueError(
+            f"the checkpoint's mamba_ssm_dtype {checkpoint!r} is not a GDN state dtype deltaserve "
+            f"stores ({' or '.join(SSM_CACHE_DTYPES)}); pass --mamba-ssm-cache-dtype float32 or bfloat16"
+        )
+    return checkpoint
+
+
+def resolve_cache(cache: CacheConfig, model: str) -> CacheConfig:
+    """Fill the "auto" of a CacheConfig for the checkpoint directory ``model`` (a resolved
+    ModelConfig's ``model``). Resolving a resolved config returns it unchanged."""
+    checkpoint = None
+    if cache.mamba_ssm_cache_dtype == "auto":
+        from engine.model.registry import read_config
+
+        checkpoint = getattr(read_config(model)[1], "mamba_ssm_dtype", None)
+    ssm = settle_ssm_dtype(cache.mamba_ssm_cache_dtype, checkpoint)
+    return dataclasses.replace(cache, mamba_ssm_cache_dtype=ssm)  # type: ignore[arg-type]

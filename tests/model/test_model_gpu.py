@@ -32,14 +32,14 @@ def report(**kw) -> None:
         f.write(json.dumps(kw) + "\n")
 
 
-def runner_4b(tmp: Path, backend: str, seqs: int = 33, blocks: int = 1280) -> ModelRunner:
+def runner_4b(tmp: Path, backend: str, seqs: int = 33, blocks: int = 1280, ssm: str = "auto") -> ModelRunner:
     d = tmp / "qwen3.5-4b"
     d.mkdir(exist_ok=True)
     (d / "config.json").write_text(json.dumps(qwen35_4b_config()))
     mc = ModelConfig(model=str(d), dtype="bfloat16", device="cuda", load_format="dummy", gdn_backend=backend)
     cfg = EngineConfig(
         model=mc,
-        cache=CacheConfig(num_gpu_blocks_override=blocks),
+        cache=CacheConfig(num_gpu_blocks_override=blocks, mamba_ssm_cache_dtype=ssm),  # type: ignore[arg-type]
         scheduler=SchedulerConfig(max_num_seqs=seqs),
     )
     return ModelRunner(cfg)

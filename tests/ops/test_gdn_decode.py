@@ -227,7 +227,7 @@ def test_gdn_decode_checks():
     bad = {
         1: s.z[:, :-4],  # wrong width
         5: cst[:, :, :2],  # conv state of width 3 expected
-        10: sst.to(torch.bfloat16),  # state must be fp32
+        10: sst.to(torch.float16),  # state must be fp32 or bf16
         11: L.slots[:2],  # one slot per row
     }
     for i, t in bad.items():

@@ -59,6 +59,8 @@ def test_split_adds_up_to_the_measured_use():
     assert s.non_torch == 600 << 20 and s.free == 16 * GIB - s.used
     assert set(s.as_dict()) >= {"weights", "kv_cache", "state_pool", "cuda_graphs", "workspace", "non_torch"}
     assert "kv_cache 1.00 GiB" in s.log_line()
+    assert "state_pool (float32 recurrent state) 2.00 GiB" in s.log_line()
+    assert "state_pool (bfloat16 recurrent state) 2.00 GiB" in s.log_line("bfloat16")
 
 
 MIB = 1 << 20
@@ -93,6 +95,27 @@ def test_a_fixed_kv_pool_is_kept_and_no_room_means_no_slot():
         )[0]
         == 0
     )
+
+
+def test_a_bf16_recurrent_state_fits_about_twice_the_slots():
+    """--mamba-ssm-cache-dtype bfloat16: the 4B slot shrinks from 49.1 to 25.1 MiB (conv state stays
+    bf16), so a budget that held 16 fp32 slots holds 32."""
+    import torch
+
+    from engine.checkpoints.presets import qwen35_4b_config
+    from engine.model.cache import CacheSpec, state_bytes_per_slot
+    from engine.model.qwen3_5.config import Qwen35Config
+
+    c = Qwen35Config.from_dict(qwen35_4b_config())
+    spec = CacheSpec(8, (4, 256), 24, (c.conv_dim, 3), (32, 128, 128))
+    fp32, bf16 = (state_bytes_per_slot(spec, torch.bfloat16, d) for d in (torch.float32, torch.bfloat16))
+    assert fp32 - bf16 == 24 * 32 * 128 * 128 * 2
+    room = GIB + 17 * fp32  # the KV floor, slot 0 and 16 slots
+    got = [
+        plan_pools(room=room, wanted_slots=64, slot_bytes=b, block_bytes=BLOCK, fixed_kv=0, kv_floor=GIB)[0]
+        for b in (fp32, bf16)
+    ]
+    assert got == [16, 32]
 
 
 def test_workspace_reserve_covers_sampling_rows_and_a_floor():

@@ -1,4 +1,5 @@
-"""Config resolution settles the backend and the kernel arms once, so the logged config is what runs."""
+"""Config resolution settles the backend, the kernel arms and the GDN state pool's dtype once, so the
+logged config is what runs."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine.checkpoints.presets import make_checkpoint
-from engine.config import ModelConfig
+from engine.config import CacheConfig, ModelConfig
 from engine.ops.arms import DEFAULT_ARMS, KernelShapes
-from engine.worker.resolve import resolve_model, settle_kernels
+from engine.worker.resolve import resolve_cache, resolve_model, settle_kernels, settle_ssm_dtype
 
 QWEN_4B = KernelShapes(conv_width=4, key_head_dim=128, value_head_dim=128, dtype="bfloat16")
 
@@ -56,3 +57,63 @@ def test_resolve_model_on_cpu_is_final_and_idempotent(tmp_path: Path) -> None:
     assert once.served_model_name == "tiny"
     assert resolve_model(once) == once
     assert json.loads((ckpt / "config.json").read_text())["model_type"].startswith("qwen3_5")
+
+
+def _with_ssm_dtype(tmp_path: Path, value: object) -> Path:
+    """The tiny checkpoint with ``mamba_ssm_dtype`` set (None: removed) in its config.json."""
+    ckpt = make_checkpoint(tmp_path / "tiny", preset="tiny", seed=0)
+    raw = json.loads((ckpt / "config.json").read_text())
+    raw.pop("mamba_ssm_dtype", None)
+    if value is not None:
+        raw["mamba_ssm_dtype"] = value
+    (ckpt / "config.json").write_text(json.dumps(raw))
+    return ckpt
+
+
+@pytest.mark.parametrize(
+    "checkpoint,want",
+    [(None, "float32"), ("float32", "float32"), ("bfloat16", "bfloat16"), ("torch.bfloat16", "bfloat16")],
+)
+def test_auto_ssm_cache_dtype_reads_the_checkpoint(tmp_path: Path, checkpoint: str | None, want: str) -> None:
+    ckpt = _with_ssm_dtype(tmp_path, checkpoint)
+    once = resolve_cache(CacheConfig(), str(ckpt))
+    assert once.mamba_ssm_cache_dtype == want
+    assert resolve_cache(once, str(ckpt)) == once
+    assert (
+        resolve_cache(CacheConfig(mamba_ssm_cache_dtype="float32"), str(ckpt)).mamba_ssm_cache_dtype
+        == "float32"
+    )
+
+
+def test_ssm_cache_dtype_errors_name_the_fix(tmp_path: Path) -> None:
+    ckpt = _with_ssm_dtype(tmp_path, "float16")
+    with pytest.raises(ValueError, match="mamba_ssm_dtype 'float16'.*--mamba-ssm-cache-dtype"):
+        resolve_cache(CacheConfig(), str(ckpt))
+    # an explicit choice overrides a checkpoint value the pools cannot store
+    assert (
+        resolve_cache(CacheConfig(mamba_ssm_cache_dtype="bfloat16"), str(ckpt)).mamba_ssm_cache_dtype
+        == "bfloat16"
+    )
+    with pytest.raises(ValueError, match="--mamba-ssm-cache-dtype 'fp8'"):
+        resolve_cache(CacheConfig(mamba_ssm_cache_dtype="fp8"), str(ckpt))  # type: ignore[arg-type]
+
+
+def test_the_4b_release_config_keeps_an_fp32_state() -> None:
+    from engine.checkpoints.presets import qwen35_4b_config
+    from engine.model.qwen3_5.config import Qwen35Config
+
+    assert Qwen35Config.from_dict(qwen35_4b_config()).mamba_ssm_dtype == "float32"  # nested text_config
+    assert settle_ssm_dtype("auto", "float32") == "float32"
+
+
+def test_cli_flag_reaches_the_resolved_config(tmp_path: Path) -> None:
+    from engine.cli import configs_from_args, parser
+
+    ckpt = _with_ssm_dtype(tmp_path, "bfloat16")
+    base = ["serve", "--model", str(ckpt), "--device", "cpu"]
+    engine, _ = configs_from_args(parser().parse_args(base))
+    assert engine.cache.mamba_ssm_cache_dtype == "bfloat16"  # auto: the checkpoint's
+    engine, _ = configs_from_args(parser().parse_args([*base, "--mamba-ssm-cache-dtype", "float32"]))
+    assert engine.cache.mamba_ssm_cache_dtype == "float32"
+    with pytest.raises(SystemExit):
+        parser().parse_args([*base, "--mamba-ssm-cache-dtype", "float16"])

@@ -44,6 +44,10 @@ class Qwen35Config:
     max_position_embeddings: int
     eos_token_ids: tuple[int, ...]
     model_type: str
+    mamba_ssm_dtype: str | None = None
+    """The checkpoint's storage dtype for the GDN recurrent state (``mamba_ssm_dtype``, "float32" in
+    the Qwen3.5 releases), lower case without a ``torch.`` prefix; None when absent. Checked where the
+    cache config is resolved (``engine.worker.resolve.resolve_cache``), not here."""
 
     @property
     def rotary_dim(self) -> int:
@@ -112,6 +116,7 @@ class Qwen35Config:
         eos = text.get("eos_token_id", raw.get("eos_token_id"))
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
         head_dim = int(text.get("head_dim") or need("hidden_size") // need("num_attention_heads"))
+        ssm_dtype = text.get("mamba_ssm_dtype", raw.get("mamba_ssm_dtype"))
         cfg = Qwen35Config(
             vocab_size=int(need("vocab_size")),
             hidden_size=int(need("hidden_size")),
@@ -133,6 +138,7 @@ class Qwen35Config:
             max_position_embeddings=int(text.get("max_position_embeddings", 32768)),
             eos_token_ids=eos_ids,
             model_type=model_type,
+            mamba_ssm_dtype=None if ssm_dtype is None else str(ssm_dtype).lower().removeprefix("torch."),
         )
         if cfg.linear_num_value_heads % cfg.linear_num_key_heads:
             raise UnsupportedModelError("linear_num_value_heads must be a multiple of linear_num_key_heads")

@@ -80,7 +80,7 @@ class GatedDeltaNet(nn.Module):
         x: torch.Tensor,  # [T, hidden]
         meta: GDNMeta,
         conv_state: torch.Tensor,  # [S, C, K-1]
-        ssm_state: torch.Tensor,  # [S, Nv, dk, dv] fp32
+        ssm_state: torch.Tensor,  # [S, Nv, dk, dv] fp32 or bf16 (--mamba-ssm-cache-dtype)
         ops: Ops,
     ) -> torch.Tensor:
         cfg = self.cfg

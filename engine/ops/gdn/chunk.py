@@ -9,7 +9,8 @@ CTA per multiprocessor, so few long sequences split dv (each CTA recomputing the
 Arms (bench / A-B only): ``chunk.dv32`` / ``chunk.dv64`` / ``chunk.dv128`` force the dv block;
 ``chunk.o1hi`` takes the inter-chunk output product Q S with the state's bf16 hi part only (64 fewer
 mma per warp and chunk; output error grows to ~2.5e-3 when a large initial state dominates);
-``chunk.profile`` runs a build with per-phase clock64 marks (:func:`profile_marks`).
+``chunk.profile`` runs a build with per-phase clock64 marks (:func:`profile_marks`). Every variant is
+built for an fp32 and a bf16 state pool (``engine.ops.gdn.state``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from engine.ops.compile import (
     tuning_row,
 )
 from engine.ops.gdn.recurrent import _check, _check_varlen
+from engine.ops.gdn.state import STATE_TYPES
 
 SRC = "gdn/chunk.cu"
 DK = DV = 128
@@ -64,18 +66,18 @@ def pick_dvb(num_ctas_full: int, sms: int, arms: frozenset[str]) -> int:
 
 
 @functools.cache
-def _function(dvb: int, o1lo: bool):
-    fn = kernel(SRC, f"gdn_chunk_kernel<{dvb}, {'true' if o1lo else 'false'}>")
+def _function(dvb: int, o1lo: bool, st: str = "float"):
+    fn = kernel(SRC, f"gdn_chunk_kernel<{dvb}, {'true' if o1lo else 'false'}, {st}>")
     fn.max_dynamic_shared_size_bytes = smem_bytes(dvb)  # > 48 KB needs the opt-in
     return fn
 
 
 @functools.cache
-def _profile_build(dvb: int):
+def _profile_build(dvb: int, st: str = "float"):
     """(module, function) of the GDN_CHUNK_PROFILE build (bench only, never on the serving path)."""
     import cupy
 
-    name = f"gdn_chunk_kernel<{dvb}, true>"
+    name = f"gdn_chunk_kernel<{dvb}, true, {st}>"
     opts = ("-std=c++17", f"-DDS_SM={device_cc()}", "-DGDN_CHUNK_PROFILE")
     mod = cupy.RawModule(code=read_source(SRC), options=opts, name_expressions=[name])
     fn = mod.get_function(name)
@@ -119,7 +121,8 @@ def chunk_gated_delta_rule(
 ):
     """q, k [T, Nk, 128], v [T, Nv, 128] bf16, g, beta [T, Nv] fp32 -> o [T, Nv, 128] bf16.
 
-    ssm_state [S, Nv, 128, 128] fp32 is read (has_initial_state) and written by slot, slots > 0 only.
+    ssm_state [S, Nv, 128, 128] fp32 or bf16 is read (has_initial_state) and written by slot, slots > 0
+    only; the state stays fp32 across the chunks, a bf16 pool gets it rounded once at the end.
     ``max_query_len`` is not needed (each CTA walks its own sequence's chunks).
     """
     op = "chunk_gated_delta_rule"
@@ -131,7 +134,11 @@ def chunk_gated_delta_rule(
     v = _vec16(v)
     qsl, slots, hinit = as_i32(query_start_loc), as_i32(state_slot), as_u8(has_initial_state)
     dvb = pick_dvb(B * nv, _num_sms(v.device.index or 0), arms)
-    fn = _profile_build(dvb)[1] if "chunk.profile" in arms else _function(dvb, "chunk.o1hi" not in arms)
+    st = STATE_TYPES[ssm_state.dtype]
+    if "chunk.profile" in arms:
+        fn = _profile_build(dvb, st)[1]
+    else:
+        fn = _function(dvb, "chunk.o1hi" not in arms, st)
     launch(
         fn,
         (nv * (DV // dvb), B),

@@ -7,7 +7,7 @@ state in registers, the gated norm in the epilogue (the .cu header records the g
 lost and were removed). The Nv / Nk CTAs that share a key head's q|k conv state meet through int32
 counters in a per-device buffer: allocated once, zeroed, and left at zero by every launch. Launches
 that may run concurrently on different streams must not share it. It has no arms: the state always
-lives in registers.
+lives in registers, fp32, whether the pool stores fp32 or bf16 (``engine.ops.gdn.state``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from engine.ops.compile import (
     require,
     tuning_row,
 )
+from engine.ops.gdn.state import state_type
 
 SRC = "gdn/decode.cu"
 D = 128  # dk = dv
@@ -89,7 +90,8 @@ def gdn_decode(
 
     qkv [B, C] bf16 with C = (2 Nk + Nv) * 128, z [B, Nv*128] bf16, b, a [B, Nv] bf16 (all may be
     row-strided column slices of the fused projection); conv_weight [C, 4] bf16; conv_state [S, C, 3]
-    bf16 and ssm_state [S, Nv, 128, 128] fp32 pools, updated in place for slots > 0 (slot <= 0 is
+    bf16 and ssm_state [S, Nv, 128, 128] fp32 or bf16 pools (a bf16 state is rounded once, after the
+    step; y comes from the fp32 state), updated in place for slots > 0 (slot <= 0 is
     padding: zero state, pools untouched, the row of y still written); A_log, dt_bias [Nv] and
     norm_weight [128] bf16 or fp32; state_slot [B] int.
     """
@@ -118,7 +120,7 @@ def gdn_decode(
         and conv_state.data_ptr() % 16 == 0,
         f"{op}: conv_state must be contiguous, aligned [S, {C}, {CONV_K - 1}], got {tuple(conv_state.shape)}",
     )
-    check_cuda(f"{op} ssm_state", ssm_state, torch.float32, 4)
+    st = state_type(op, ssm_state)
     require(
         ssm_state.is_contiguous()
         and tuple(ssm_state.shape[1:]) == (nv, D, D)
@@ -172,5 +174,5 @@ def gdn_decode(
         f32(D**-0.5),
     )
     warps = table_row()[0]
-    launch(kernel(SRC, f"gdn_decode_kernel<{warps}>"), (B * nv,), (32 * warps,), args, pdl=True)
+    launch(kernel(SRC, f"gdn_decode_kernel<{warps}, {st}>"), (B * nv,), (32 * warps,), args, pdl=True)
     return y

@@ -5,7 +5,8 @@ thread layout. The default engine uses it for neither (decode: the fused K4 kern
 prefill: the tensor-core kernel in ``chunk.py``); it stays as their non-default arms and as the
 simplest correct kernel to compare them with. The arms it once had lost and were removed
 (docs/bench-evidence/2026-11-29-s2-gdn-kernels.md): staging the state through shared memory
-(1.3x slower at batch 32) and 16-byte output stores (no measurable effect).
+(1.3x slower at batch 32) and 16-byte output stores (no measurable effect). The state pool may be
+fp32 or bf16 (``engine.ops.gdn.state``): one instantiation each, fp32 math in both.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engine.ops.compile import (
     ptr,
     require,
 )
+from engine.ops.gdn.state import STATE_TYPES, state_type
 
 SRC = "gdn/recurrent.cu"
 DK = DV = 128
@@ -33,7 +35,7 @@ def _check(op, q, k, v, g, beta, ssm_state):
     check_cuda(f"{op} q", q, torch.bfloat16, 3)
     check_cuda(f"{op} k", k, torch.bfloat16, 3)
     check_cuda(f"{op} v", v, torch.bfloat16, 3)
-    check_cuda(f"{op} ssm_state", ssm_state, torch.float32, 4)
+    state_type(op, ssm_state)
     T, nk, dk = k.shape
     nv, dv = v.shape[1], v.shape[2]
     require(q.shape == k.shape, f"{op}: q {tuple(q.shape)} and k {tuple(k.shape)} differ")
@@ -73,7 +75,8 @@ def _check_varlen(op, query_start_loc, state_slot, has_initial_state) -> int:
 def _launch(q, k, v, g, beta, ssm_state, qsl, slots, hinit, out, B, nk, nv):
     p = arch_params()
     cols_cta = (32 // p.delta_rg) * 4 * p.delta_warps
-    name = f"gdn_delta_kernel<{DK}, {DV}, {p.delta_rg}, {p.delta_warps}>"
+    st = STATE_TYPES[ssm_state.dtype]
+    name = f"gdn_delta_kernel<{DK}, {DV}, {p.delta_rg}, {p.delta_warps}, {st}>"
     fn = kernel(SRC, name)
     null = 0
     launch(
@@ -121,7 +124,8 @@ def chunk_gated_delta_rule(
 ):
     """q, k [T, Nk, 128], v [T, Nv, 128] bf16, g, beta [T, Nv] fp32 -> o [T, Nv, 128] bf16.
 
-    ssm_state [S, Nv, 128, 128] fp32 is read (has_initial_state) and written by slot, slots > 0 only.
+    ssm_state [S, Nv, 128, 128] fp32 or bf16 is read (has_initial_state) and written by slot, slots > 0
+    only; a bf16 state is rounded once, when the sequence's last token is done.
     """
     op = "chunk_gated_delta_rule"
     T, nk, nv, g, beta = _check(op, q, k, v, g, beta, ssm_state)
@@ -148,7 +152,8 @@ def chunk_gated_delta_rule(
 
 
 def recurrent_gated_delta_rule(q, k, v, g, beta, ssm_state, state_slot):
-    """One token per sequence: q, k [B, Nk, 128], v [B, Nv, 128] -> o [B, Nv, 128] bf16; state by slot."""
+    """One token per sequence: q, k [B, Nk, 128], v [B, Nv, 128] -> o [B, Nv, 128] bf16; state (fp32
+    or bf16) by slot."""
     op = "recurrent_gated_delta_rule"
     B, nk, nv, g, beta = _check(op, q, k, v, g, beta, ssm_state)
     require(state_slot.shape[0] == B, f"{op}: state_slot has {state_slot.shape[0]} rows, q {B}")

@@ -6,6 +6,11 @@ beta = g = 0) neither decays nor updates the state, exactly like HF's own right 
 sequence's output and final state equal what HF computes for it alone. The recurrent path is
 ``torch_recurrent_gated_delta_rule`` for a single step (note ``q / sqrt(dk)`` there vs
 ``q * dk**-0.5`` in the chunk path: each kept as HF has it).
+
+The state pool may be fp32 or bf16 (``--mamba-ssm-cache-dtype``): both paths read ``state.float()``,
+compute in fp32 and round to the pool's dtype once, when they store the state back (per decode step;
+at the end of a prefill call, never between its chunks). With an fp32 pool neither conversion does
+anything.
 """
 
 from __future__ import annotations
@@ -62,7 +67,8 @@ def chunk_gated_delta_rule(
     has_initial_state: torch.Tensor,
     max_query_len: int,
 ) -> torch.Tensor:
-    """Chunked gated delta rule over a flat varlen batch; ``ssm_state[slot]`` is updated in place.
+    """Chunked gated delta rule over a flat varlen batch; ``ssm_state[slot]`` (fp32 or bf16) is
+    updated in place, computed in fp32 and rounded to its dtype once at the end.
 
     q, k ``[T, Nk, dk]``, v ``[T, Nv, dv]``, g, beta ``[T, Nv]`` -> o ``[T, Nv, dv]`` in v.dtype.
     """
@@ -136,7 +142,8 @@ def recurrent_gated_delta_rule(
 ) -> torch.Tensor:
     """One decode step per sequence: q, k ``[B, Nk, dk]``, v ``[B, Nv, dv]``, g, beta ``[B, Nv]``.
 
-    Decay, delta update, then read after the write; ``ssm_state[slot]`` is updated in place.
+    Decay, delta update, then read after the write; ``ssm_state[slot]`` (fp32 or bf16) is updated in
+    place, rounded to its dtype after the step (the output is read from the fp32 state before that).
     """
     num_v_heads = v.shape[1]
     dk = k.shape[-1]
