@@ -15,6 +15,7 @@ from typing import Literal
 Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 LoadFormat = Literal["auto", "safetensors", "dummy"]
 GdnBackend = Literal["auto", "torch", "cuda"]
+GraphCapture = Literal["lazy", "startup"]
 SsmCacheDtype = Literal["auto", "float32", "bfloat16"]
 
 
@@ -42,6 +43,10 @@ class ModelConfig:
     """Seed for dummy weights and unseeded sampling."""
     enforce_eager: bool = False
     """Never replay decode steps from CUDA graphs (graphs are used on CUDA otherwise)."""
+    cuda_graph_capture: GraphCapture = "startup"
+    """When the decode graphs are captured: startup (every (batch, KV blocks) bucket before serving,
+    a few seconds longer start, no capture while requests wait) or lazy (the largest bucket at
+    start-up, every other one on its first step: ~80 ms each on the 4B, paid while serving)."""
     generation_config: str = "auto"
     """Sampling defaults for requests that omit them: auto (the checkpoint's generation_config.json),
     vllm (ignore it), or a directory holding a generation_config.json."""

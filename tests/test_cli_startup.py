@@ -30,6 +30,7 @@ def test_bad_flag_values_fail_fast_with_usage() -> None:
         ["--kv-cache-memory", "lots"],
         ["--device-memory-limit", "16 GiBs"],
         ["--mamba-ssm-cache-dtype", "float16"],
+        ["--cuda-graph-capture", "eager"],
     ):
         proc, took = _run("serve", *args)
         assert proc.returncode == 2, (args, proc.returncode, proc.stderr[-500:])
@@ -56,3 +57,4 @@ def test_help_shows_defaults_and_choices() -> None:
     assert "(default: 8000)" in text and "(default: 127.0.0.1)" in text
     assert "{auto,bfloat16,float16,float32}" in text and "{debug,info,warning,error,critical}" in text
     assert "--mamba-ssm-cache-dtype {auto,float32,bfloat16}" in text
+    assert "--cuda-graph-capture {lazy,startup}" in text

@@ -1,8 +1,9 @@
 """Decode steps replayed from CUDA graphs captured at bucketed sizes.
 
 A decode-only step of ``b`` sequences whose longest block table has ``n`` blocks runs the graph of
-the smallest bucket (B >= b, N >= n). Graphs are captured lazily on first use into one shared memory
-pool (they replay one at a time, so they can share it). Each step fills the graph's static inputs
+the smallest bucket (B >= b, N >= n). Every bucket is captured at start-up (``--cuda-graph-capture
+startup``, the default; ``lazy`` captures each on first use) into one shared memory pool (they replay
+one at a time, so they can share it). Each step fills the graph's static inputs
 with one host-to-device copy per tensor. Padding rows point at the reserved null KV block 0 and the
 reserved state slot 0, so whatever they compute lands where nothing reads it.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -148,6 +150,29 @@ class DecodeGraphs:
             key = (self.batch_buckets[-1], self.block_buckets[0])
         if key not in self.graphs:
             self.graphs[key] = self._capture(*key)
+
+    def capture_all(self) -> int:
+        """Capture every bucket now (``--cuda-graph-capture startup``), so no step waits for a capture
+        while serving; returns how many were captured."""
+        t0 = time.perf_counter()
+        limit = self.max_kv_tokens
+        keys = [
+            (b, n)
+            for b in self.batch_buckets
+            for n in self.block_buckets
+            if limit is None or b * n * self.block_size <= limit  # what graph_bucket would ever pick
+        ]
+        for key in keys:
+            if key not in self.graphs:
+                self.graphs[key] = self._capture(*key)
+        log.info(
+            "captured %d decode graphs (batch %s x KV blocks %s) in %.1f s",
+            len(self.graphs),
+            list(self.batch_buckets),
+            list(self.block_buckets),
+            time.perf_counter() - t0,
+        )
+        return len(keys)
 
     def _device(self) -> torch.device:
         return self.cache.k_cache[0].device if self.cache.k_cache else self.cache.conv_state[0].device

@@ -134,7 +134,10 @@ class ModelRunner:
         self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids)
         if use_graphs:
             self.graphs = DecodeGraphs(self.model, self.cache, self.num_state_slots - 1, max_blocks, self.pdl)
-            self.graphs.capture_largest()
+            if mc.cuda_graph_capture == "startup":
+                self.graphs.capture_all()
+            else:
+                self.graphs.capture_largest()
         kv_tokens = (self.num_kv_blocks - 1) * self.block_size
         if kv_tokens < self.max_model_len:
             # A request longer than the pool could never finish: refuse it at admission instead.

@@ -263,7 +263,9 @@ def _small_ckpt(tmp: Path) -> Path:
     return d
 
 
-def _small_runner(d: Path, dtype: str, backend: str, eager: bool, arms: tuple[str, ...] = ()) -> ModelRunner:
+def _small_runner(
+    d: Path, dtype: str, backend: str, eager: bool, arms: tuple[str, ...] = (), capture: str = "lazy"
+) -> ModelRunner:
     mc = ModelConfig(
         model=str(d),
         dtype=dtype,
@@ -272,6 +274,7 @@ def _small_runner(d: Path, dtype: str, backend: str, eager: bool, arms: tuple[st
         gdn_backend=backend,
         enforce_eager=eager,
         kernel_arms=arms,
+        cuda_graph_capture=capture,  # type: ignore[arg-type]
     )
     cfg = EngineConfig(
         model=mc, cache=CacheConfig(num_gpu_blocks_override=64), scheduler=SchedulerConfig(max_num_seqs=8)
@@ -355,6 +358,25 @@ def test_graph_and_eager_runners_generate_same_tokens(tmp_path):
     assert g.graphs is not None and len(g.graphs.graphs) >= 1  # the graph path really ran
     assert a == b
     report(test="graph_vs_eager_tokens", prompts=6, steps=24, graphs=len(g.graphs.graphs))
+
+
+def test_startup_capture_takes_every_bucket_and_changes_no_token(tmp_path):
+    """--cuda-graph-capture startup: every (batch, KV blocks) bucket is captured before serving, no
+    capture happens while generating, and the greedy tokens equal those of lazily captured graphs."""
+    d = _small_ckpt(tmp_path)
+    backend = "cuda" if _has_cupy() else "torch"
+    early = _small_runner(d, "bfloat16", backend, eager=False, capture="startup")
+    lazy = _small_runner(d, "bfloat16", backend, eager=False)
+    assert early.graphs is not None and lazy.graphs is not None
+    every = early.graphs.capture_all()  # every bucket the step could pick; all captured already
+    assert every >= len(early.graphs.batch_buckets) and len(early.graphs.graphs) == every
+    assert len(lazy.graphs.graphs) == 1
+    prompts = [[(5 * i + j * 11) % 400 for j in range(12 + 7 * i)] for i in range(5)]
+    a, b = generate(early, prompts, 20), generate(lazy, prompts, 20)
+    assert len(early.graphs.graphs) == every  # nothing captured mid-run
+    assert len(lazy.graphs.graphs) > 1  # the lazy runner captured on first use (the path compared)
+    assert a == b
+    report(test="startup_capture", graphs=every, backend=backend)
 
 
 def test_fused_decode_in_the_model_equals_four_launches(tmp_path):
