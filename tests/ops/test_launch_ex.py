@@ -1,6 +1,6 @@
 """The PDL launch path's host side (engine/ops/launch_ex.py): the driver structs' layout and the
 parameter cells, checked on any machine; the launches themselves run in the GPU tests
-(tests/model/test_model_gpu.py, graph replay with arm graphs.pdl bit-equal to eager)."""
+(tests/model/test_small_model_gpu.py, graph replay with arm graphs.pdl bit-equal to eager)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,194 @@
+"""The model on CUDA at small shapes (the tiny preset with 128-wide GDN heads): decode graphs against
+eager steps (bit for bit, with and without PDL), graph capture at start-up against lazy capture, and
+the fused decode and tensor-core prefill arms inside the whole model. The 4B-shape checks are in
+test_model_gpu.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig  # noqa: E402
+from engine.generate import generate  # noqa: E402
+from engine.worker.model_runner import ModelRunner  # noqa: E402
+from tests.model.test_model_gpu import _has_cupy, report  # noqa: E402
+from tests.oracle import harness  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def _small_ckpt(tmp: Path) -> Path:
+    """The tiny preset with 128-wide GDN heads (the CuPy kernels' shape); weights from --load-format dummy."""
+    from engine.checkpoints.presets import make_checkpoint
+
+    d = make_checkpoint(tmp / "small", preset="tiny")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(linear_key_head_dim=128, linear_value_head_dim=128, hidden_size=256, intermediate_size=512)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def _small_runner(
+    d: Path, dtype: str, backend: str, eager: bool, arms: tuple[str, ...] = (), capture: str = "lazy"
+) -> ModelRunner:
+    mc = ModelConfig(
+        model=str(d),
+        dtype=dtype,
+        device="cuda",
+        load_format="dummy",
+        gdn_backend=backend,
+        enforce_eager=eager,
+        kernel_arms=arms,
+        cuda_graph_capture=capture,  # type: ignore[arg-type]
+    )
+    cfg = EngineConfig(
+        model=mc, cache=CacheConfig(num_gpu_blocks_override=64), scheduler=SchedulerConfig(max_num_seqs=8)
+    )
+    return ModelRunner(cfg)
+
+
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+def test_decode_graph_replay_bit_equal_to_eager(tmp_path, pdl):
+    """One decode step replayed from its CUDA graph equals the same step run eagerly on the same
+    static inputs, bit for bit (GDN state restored in between, since a step advances it); with arm
+    graphs.pdl the graph's kernels overlap through programmatic launches, replayed several times."""
+    from engine.ops import launch_ex
+    from engine.ops.arms import DEFAULT_ARMS
+    from engine.sampling_params import SamplingParams
+    from engine.worker.step import ScheduledSeq
+
+    backend = "cuda" if _has_cupy() else "torch"
+    if pdl and (backend != "cuda" or torch.cuda.get_device_capability()[0] < 9):
+        pytest.skip("programmatic dependent launch needs the CUDA kernels on sm_90 or newer")
+    arms = tuple(sorted(DEFAULT_ARMS | {"graphs.pdl"} if pdl else DEFAULT_ARMS - {"graphs.pdl"}))
+    before = launch_ex.launches
+    r = _small_runner(_small_ckpt(tmp_path), "bfloat16", backend, eager=False, arms=arms)
+    assert r.graphs is not None
+    assert (launch_ex.launches > before) == pdl  # the capture really used programmatic launches
+    greedy = SamplingParams(temperature=0.0)
+    prompts = [[5 + i, 9, 11, 300, 7] * (3 + i) for i in range(5)]
+    tables, nxt = [], 1  # contiguous block tables with room for the prompt and three tokens
+    for p in prompts:
+        n = -(-(len(p) + 3) // r.block_size)
+        tables.append(list(range(nxt, nxt + n)))
+        nxt += n
+
+    def step(tokens: list[list[int]], computed: list[int], made: int) -> list[int]:
+        seqs = [
+            ScheduledSeq(
+                token_ids=t, num_computed=c, block_ids=b, state_slot=i + 1, params=greedy, num_output=made
+            )
+            for i, (t, c, b) in enumerate(zip(tokens, computed, tables, strict=True))
+        ]
+        return r.execute_model(seqs).token_ids
+
+    first = step([list(p) for p in prompts], [0] * len(prompts), 0)  # prefill
+    second = step([[t] for t in first], [len(p) for p in prompts], 1)  # one decode step (through a graph)
+    seqs = [
+        ScheduledSeq(
+            token_ids=[o], num_computed=len(p) + 1, block_ids=tables[i], state_slot=i + 1, num_output=2
+        )
+        for i, (p, o) in enumerate(zip(prompts, second, strict=True))
+    ]
+    key = r.graphs.bucket(seqs)
+    assert key is not None
+    pools = r.cache.conv_state + r.cache.ssm_state
+    saved = [t.clone() for t in pools]
+
+    def restore() -> None:
+        for t, s in zip(pools, saved, strict=True):
+            t.copy_(s)
+
+    replays = []
+    for _ in range(5 if pdl else 1):
+        restore()
+        replays.append(r.graphs.run(seqs, key).clone())
+    after = [t.clone() for t in pools]
+    restore()
+    eager = r.execute(r.graphs.graphs[key].batch)[: len(seqs)]
+    for replayed in replays:
+        assert torch.equal(replayed, eager)
+    for t, a in zip(pools, after, strict=True):  # the state a replay leaves equals the eager step's
+        assert torch.equal(t, a)
+    report(test="graph_replay_bit_equal", backend=backend, bucket=list(key), pdl=pdl)
+
+
+def test_graph_and_eager_runners_generate_same_tokens(tmp_path):
+    """Greedy decoding with CUDA graphs gives the eager path's tokens (fp32, torch ops)."""
+    d = _small_ckpt(tmp_path)
+    g = _small_runner(d, "float32", "torch", eager=False)
+    e = _small_runner(d, "float32", "torch", eager=True)
+    prompts = [[(7 * i + j * 13) % 400 for j in range(20 + 9 * i)] for i in range(6)]
+    a, b = generate(g, prompts, 24), generate(e, prompts, 24)
+    assert g.graphs is not None and len(g.graphs.graphs) >= 1  # the graph path really ran
+    assert a == b
+    report(test="graph_vs_eager_tokens", prompts=6, steps=24, graphs=len(g.graphs.graphs))
+
+
+def test_startup_capture_takes_every_bucket_and_changes_no_token(tmp_path):
+    """--cuda-graph-capture startup: every (batch, KV blocks) bucket is captured before serving, no
+    capture happens while generating, and the greedy tokens equal those of lazily captured graphs."""
+    d = _small_ckpt(tmp_path)
+    backend = "cuda" if _has_cupy() else "torch"
+    early = _small_runner(d, "bfloat16", backend, eager=False, capture="startup")
+    lazy = _small_runner(d, "bfloat16", backend, eager=False)
+    assert early.graphs is not None and lazy.graphs is not None
+    every = early.graphs.capture_all()  # every bucket the step could pick; all captured already
+    assert every >= len(early.graphs.batch_buckets) and len(early.graphs.graphs) == every
+    assert len(lazy.graphs.graphs) == 1
+    prompts = [[(5 * i + j * 11) % 400 for j in range(12 + 7 * i)] for i in range(5)]
+    a, b = generate(early, prompts, 20), generate(lazy, prompts, 20)
+    assert len(early.graphs.graphs) == every  # nothing captured mid-run
+    assert len(lazy.graphs.graphs) > 1  # the lazy runner captured on first use (the path compared)
+    assert a == b
+    report(test="startup_capture", graphs=every, backend=backend)
+
+
+def test_fused_decode_in_the_model_equals_four_launches(tmp_path):
+    """Arm decode.fused (K4: a GDN layer's decode step in one launch) in the whole model, eager and
+    through CUDA graphs: greedy tokens over 24 steps equal the four-launch CUDA path's (the kernel is
+    bitwise equal to that composition; a chaotic tiny model would turn any difference into tokens)."""
+    pytest.importorskip("cupy")
+    d = _small_ckpt(tmp_path)
+    prompts = [[(7 * i + j * 13) % 400 for j in range(20 + 9 * i)] for i in range(6)]
+    toks = {}
+    for arms in (("conv.chunk8",), ("conv.chunk8", "decode.fused")):
+        for eager in (True, False):
+            r = _small_runner(d, "bfloat16", "cuda", eager=eager, arms=arms)
+            assert (r.ops.gdn_decode is not None) == ("decode.fused" in arms)
+            toks[arms, eager] = generate(r, prompts, 24)
+    first = next(iter(toks.values()))
+    assert all(t == first for t in toks.values()), {k: t == first for k, t in toks.items()}
+    report(test="fused_decode_model_tokens", prompts=6, steps=24, variants=len(toks))
+
+
+def test_tensorcore_prefill_in_the_model_as_accurate(tmp_path):
+    """Arm prefill.tensorcore (chunked K2+K3 on mma.sync) in the whole model: prefill logits of
+    multi-chunk prompts, in one varlen batch with a 1-token and a 63-token prompt, are no further from
+    the fp32 reference than the fp32-recurrent CUDA kernel's, and greedy tokens agree with it."""
+    pytest.importorskip("cupy")
+    d = _small_ckpt(tmp_path)
+    truth = _small_runner(d, "float32", "torch", eager=True)
+    old = _small_runner(d, "bfloat16", "cuda", eager=True, arms=("conv.chunk8",))
+    tc = _small_runner(d, "bfloat16", "cuda", eager=True, arms=("conv.chunk8", "prefill.tensorcore"))
+    from engine.ops.gdn import chunk
+    from engine.ops.gdn import recurrent as delta
+
+    assert tc.ops.chunk_gated_delta_rule.func is chunk.chunk_gated_delta_rule  # type: ignore[attr-defined]
+    assert old.ops.chunk_gated_delta_rule is delta.chunk_gated_delta_rule  # takes no arms: bound as is
+    prompts = [[(7 * i + j * 13) % 400 for j in range(n)] for i, n in enumerate((300, 1, 63, 200))]
+    errs = []
+    for p in prompts:
+        t = harness.ds_prefill_logits(truth, p)
+        e_old, e_tc = (((harness.ds_prefill_logits(r, p) - t).norm() / t.norm()).item() for r in (old, tc))
+        errs.append((e_old, e_tc))
+        assert e_tc <= 1.5 * e_old + 1e-3, (len(p), e_old, e_tc)
+    a, b = generate(old, prompts, 16), generate(tc, prompts, 16)
+    same = sum(x == y for x, y in zip(a, b, strict=True))
+    report(test="tensorcore_prefill_model", rel_errs=errs, greedy_identical=same, of=len(prompts))
