@@ -93,8 +93,7 @@ __global__ void __launch_bounds__(NW * 32)
                       int num_kv_heads, int group, int q_stride_t, int q_stride_h, int g_stride_t,
                       int g_stride_h, int bt_stride, int log2_bs, int num_splits, int num_tokens,
                       float scale_log2) {
-  DS_PDL_WAIT();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
-  DS_PDL_LAUNCH();
+  DS_PDL_BEGIN();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
   using namespace pa;
   constexpr int BM = 16 * NW, NT = 32 * NW, CPR = D / 8;  // CPR: 16-byte chunks per row
   constexpr int Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
@@ -341,8 +340,7 @@ __global__ void __launch_bounds__(D / 4)
     paged_attn_combine_kernel(const float* __restrict__ o_part, const float* __restrict__ lse_part,
                               const pa::bf16_t* __restrict__ gate, pa::bf16_t* __restrict__ out, int num_rows,
                               int num_heads, int num_splits, int g_stride_t, int g_stride_h) {
-  DS_PDL_WAIT();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
-  DS_PDL_LAUNCH();
+  DS_PDL_BEGIN();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
   using namespace pa;
   __shared__ float lse_s[PA_MAX_SPLITS];
   const int row = blockIdx.x, col = threadIdx.x * 4;

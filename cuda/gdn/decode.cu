@@ -238,8 +238,7 @@ __global__ void __launch_bounds__(W * 32, DecodeParams<DS_SM>::ctas_per_sm) gdn_
   }
   // PDL (cuda/common/pdl.cuh): the slots and this layer's state are written by no kernel of the
   // step before this one, so their loads above may overlap the in_proj GEMM; everything below waits.
-  DS_PDL_WAIT();
-  DS_PDL_LAUNCH();
+  DS_PDL_BEGIN();
   if (tid < 96) {  // conv of 4 channels: q (units 0..31), k (32..63), v (64..95)
     const int cc = (tid < 32 ? hk : tid < 64 ? nk + hk : 2 * nk + hv) * DEC_D + (tid & 31) * 4;
     const uint2 xr = *reinterpret_cast<const uint2*>(qkv + (size_t)b * qkv_stride + cc);

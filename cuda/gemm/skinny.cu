@@ -175,8 +175,7 @@ __global__ void __launch_bounds__(32 * WARPS)
   const bool first = k0 + CHUNK <= K;
   SkIter<TILES, UNROLL> it0;
   if (first) sk_load_w<TILES, UNROLL, false>(it0, wrow, k0, kt, K);
-  DS_PDL_WAIT();
-  DS_PDL_LAUNCH();
+  DS_PDL_BEGIN();
   if (first) {
     sk_load_x<TILES, UNROLL, false>(it0, xrow, has_x, k0, kt, K);
     sk_mma_iter(it0, acc);

@@ -81,8 +81,7 @@ __global__ void __launch_bounds__(TPR * ROWS)
     add_rms_norm_kernel(const bf16_t* __restrict__ x, int x_stride, const bf16_t* __restrict__ res, int res_stride,
                         const void* __restrict__ weight, bf16_t* __restrict__ y, bf16_t* __restrict__ h, int N,
                         float eps) {
-  DS_PDL_WAIT();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
-  DS_PDL_LAUNCH();
+  DS_PDL_BEGIN();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
   static_assert(TPR <= 32 ? (TPR & (TPR - 1)) == 0 : (TPR % 32 == 0 && ROWS == 1), "row group shape");
   constexpr int D = VPT * TPR * 8;
   __shared__ float red[TPR > 32 ? TPR / 32 : 1];
@@ -130,8 +129,7 @@ __global__ void __launch_bounds__(TPR * ROWS)
 template <int VEC, int THREADS>
 __global__ void __launch_bounds__(THREADS)
     silu_mul_kernel(const bf16_t* __restrict__ gu, long long gu_stride, bf16_t* __restrict__ out, int N, int I) {
-  DS_PDL_WAIT();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
-  DS_PDL_LAUNCH();
+  DS_PDL_BEGIN();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
   static_assert(VEC == 8 || VEC == 1, "16-byte vectors or scalars");
   const int per_row = I / VEC;
   const long long idx = (long long)blockIdx.x * THREADS + threadIdx.x;
@@ -172,8 +170,7 @@ __global__ void __launch_bounds__(128)
                            bf16_t* __restrict__ k_cache, bf16_t* __restrict__ v_cache,
                            const long long* __restrict__ slot_mapping, bf16_t* __restrict__ q_out, int H,
                            int HKV) {
-  DS_PDL_WAIT();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
-  DS_PDL_LAUNCH();
+  DS_PDL_BEGIN();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
   constexpr int TPR = D / 8;
   constexpr int ROWS = 128 / TPR;
   static_assert(D % 8 == 0 && TPR <= 32 && (TPR & (TPR - 1)) == 0, "D / 8 a power of two up to 32");
