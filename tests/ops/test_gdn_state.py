@@ -162,15 +162,9 @@ def test_bf16_pool_equals_fp32_pool_rounded(op: str) -> None:
 
 def _spec_4b() -> CacheSpec:
     from engine.checkpoints.presets import qwen35_4b_config
+    from engine.model.qwen3_5.model import cache_spec
 
-    c = Qwen35Config.from_dict(qwen35_4b_config())
-    return CacheSpec(
-        num_kv_layers=len(c.full_layers),
-        kv_token_shape=(c.num_key_value_heads, c.head_dim),
-        num_state_layers=len(c.linear_layers),
-        conv_state_shape=(c.conv_dim, c.linear_conv_kernel_dim - 1),
-        ssm_state_shape=(c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim),
-    )
+    return cache_spec(Qwen35Config.from_dict(qwen35_4b_config()))
 
 
 def test_state_slot_bytes_of_the_4b_halve_with_a_bf16_state() -> None:

@@ -103,11 +103,11 @@ def test_a_bf16_recurrent_state_fits_about_twice_the_slots():
     import torch
 
     from engine.checkpoints.presets import qwen35_4b_config
-    from engine.model.cache import CacheSpec, state_bytes_per_slot
+    from engine.model.cache import state_bytes_per_slot
     from engine.model.qwen3_5.config import Qwen35Config
+    from engine.model.qwen3_5.model import cache_spec
 
-    c = Qwen35Config.from_dict(qwen35_4b_config())
-    spec = CacheSpec(8, (4, 256), 24, (c.conv_dim, 3), (32, 128, 128))
+    spec = cache_spec(Qwen35Config.from_dict(qwen35_4b_config()))
     fp32, bf16 = (state_bytes_per_slot(spec, torch.bfloat16, d) for d in (torch.float32, torch.bfloat16))
     assert fp32 - bf16 == 24 * 32 * 128 * 128 * 2
     room = GIB + 17 * fp32  # the KV floor, slot 0 and 16 slots

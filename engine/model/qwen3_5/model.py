@@ -13,6 +13,18 @@ from engine.model.qwen3_5.layers import MLP, GatedAttention, GatedDeltaNet, GDNM
 from engine.ops import Ops
 
 
+def cache_spec(c: Qwen35Config) -> CacheSpec:
+    """What the pools hold for this model: paged K/V per gated-attention layer, a conv and a recurrent
+    state slot per GDN layer (a function of the config alone, so it needs no built model)."""
+    return CacheSpec(
+        num_kv_layers=len(c.full_layers),
+        kv_token_shape=(c.num_key_value_heads, c.head_dim),
+        num_state_layers=len(c.linear_layers),
+        conv_state_shape=(c.conv_dim, c.linear_conv_kernel_dim - 1),
+        ssm_state_shape=(c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim),
+    )
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: Qwen35Config, layer_type: str, dtype: torch.dtype):
         super().__init__()
@@ -90,16 +102,7 @@ class Qwen35Model(nn.Module):
         return x, h
 
     def cache_spec(self) -> CacheSpec:
-        """What the pools hold for this model: paged K/V per gated-attention layer, a conv and a
-        recurrent state slot per GDN layer."""
-        c = self.cfg
-        return CacheSpec(
-            num_kv_layers=len(c.full_layers),
-            kv_token_shape=(c.num_key_value_heads, c.head_dim),
-            num_state_layers=len(c.linear_layers),
-            conv_state_shape=(c.conv_dim, c.linear_conv_kernel_dim - 1),
-            ssm_state_shape=(c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim),
-        )
+        return cache_spec(self.cfg)
 
     def num_parameters(self) -> int:
         seen: set[int] = set()
