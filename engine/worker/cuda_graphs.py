@@ -151,18 +151,21 @@ class DecodeGraphs:
         if key not in self.graphs:
             self.graphs[key] = self._capture(*key)
 
-    def capture_all(self) -> int:
-        """Capture every bucket now (``--cuda-graph-capture startup``), so no step waits for a capture
-        while serving; returns how many were captured."""
-        t0 = time.perf_counter()
+    def keys(self) -> list[tuple[int, int]]:
+        """Every (batch, blocks) bucket :meth:`bucket` can pick."""
         limit = self.max_kv_tokens
-        keys = [
+        return [
             (b, n)
             for b in self.batch_buckets
             for n in self.block_buckets
-            if limit is None or b * n * self.block_size <= limit  # what graph_bucket would ever pick
+            if limit is None or b * n * self.block_size <= limit
         ]
-        for key in keys:
+
+    def capture_all(self) -> None:
+        """Capture every bucket now (``--cuda-graph-capture startup``), so no step waits for a capture
+        while serving."""
+        t0 = time.perf_counter()
+        for key in self.keys():
             if key not in self.graphs:
                 self.graphs[key] = self._capture(*key)
         log.info(
@@ -172,7 +175,6 @@ class DecodeGraphs:
             list(self.block_buckets),
             time.perf_counter() - t0,
         )
-        return len(keys)
 
     def _device(self) -> torch.device:
         return self.cache.k_cache[0].device if self.cache.k_cache else self.cache.conv_state[0].device
@@ -216,15 +218,13 @@ class DecodeGraphs:
             for _ in range(2):
                 self.model(fb, self.cache)
         torch.cuda.current_stream().wait_stream(side)
-        # torch.cuda.graph empties the allocator's cache as a capture begins; empty it here first, so
-        # the reserved-memory delta below is the graph pool's growth alone (the warm-up's freed
-        # transients would count against it: 56 captures at start-up summed to -1.44 GiB)
-        torch.cuda.synchronize(fb.input_ids.device)
-        torch.cuda.empty_cache()
         graph = torch.cuda.CUDAGraph()
-        reserved = torch.cuda.memory_reserved(fb.input_ids.device)
         out = self.logits[:batch]
         with torch.cuda.graph(graph, pool=self.pool, stream=side), self._launches():
+            # read after torch.cuda.graph emptied the allocator's cache, so the delta is the graph
+            # pool's growth alone (read before, the warm-up's freed transients counted against it:
+            # 56 captures at start-up summed to -1.44 GiB)
+            reserved = torch.cuda.memory_reserved(fb.input_ids.device)
             out.copy_(self.model(fb, self.cache))
         self.reserved_bytes += torch.cuda.memory_reserved(fb.input_ids.device) - reserved
         log.debug("captured decode graph: batch %d, %d KV blocks", batch, blocks)
