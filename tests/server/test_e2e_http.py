@@ -11,49 +11,26 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.procs import engine_children, free_port
+from tests.procs import engine_children
+from tests.server.realserver import Server
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
-ROOT = Path(__file__).resolve().parents[2]
 WAVE = 32
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subprocess.Popen]]:
-    port = free_port()
-    log = (tmp_path_factory.mktemp("server") / "server.log").open("w")
-    cmd = [sys.executable, "-m", "engine.cli", "serve", "--port", str(port), "--admission-window-ms", "200"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while True:
-        assert proc.poll() is None, f"server exited early, see {log.name}"
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "server did not come up"
-        time.sleep(0.25)
-    yield url, proc
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    log.close()
+    srv = Server(tmp_path_factory.mktemp("server"), "--admission-window-ms", "200")
+    yield srv.url, srv.proc
+    srv.stop()
 
 
 def _oai(url: str) -> openai.AsyncOpenAI:
@@ -66,6 +43,17 @@ async def _metrics(url: str) -> dict[str, float]:
     return {
         s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples if not s.labels
     }
+
+
+async def _pools_empty(url: str, when: str, timeout_s: float = 5.0) -> dict[str, float]:
+    """The metrics once no KV block and no state slot is in use (asserted within ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        m = await _metrics(url)
+        if m["deltaserve_kv_blocks_used"] == 0 and m["deltaserve_state_slots_used"] == 0:
+            return m
+        assert time.monotonic() < deadline, f"pools not empty {timeout_s:.0f} s {when}: {m}"
+        await asyncio.sleep(0.1)
 
 
 async def test_openai_sdk_completions_chat_streaming(server: tuple[str, subprocess.Popen]) -> None:
@@ -135,13 +123,7 @@ async def test_disconnect_mid_stream_frees_blocks_and_slot(server: tuple[str, su
                     if seen >= 3:
                         break
             # Leaving both blocks closes the connection mid-stream.
-    deadline = time.monotonic() + 5
-    while True:
-        m = await _metrics(url)
-        if m["deltaserve_kv_blocks_used"] == 0 and m["deltaserve_state_slots_used"] == 0:
-            break
-        assert time.monotonic() < deadline, f"pools not empty after disconnect: {m}"
-        await asyncio.sleep(0.1)
+    m = await _pools_empty(url, "after disconnect")
     assert m["deltaserve_num_requests_running"] == 0
 
 
@@ -174,13 +156,7 @@ async def test_disconnect_storm_frees_everything(server: tuple[str, subprocess.P
         await asyncio.gather(*streams)
         text = (await concurrent).json()["choices"][0]["text"]
     assert text == idle
-    deadline = time.monotonic() + 5
-    while True:
-        m = await _metrics(url)
-        if m["deltaserve_kv_blocks_used"] == 0 and m["deltaserve_state_slots_used"] == 0:
-            break
-        assert time.monotonic() < deadline, f"pools not empty 5 s after the storm: {m}"
-        await asyncio.sleep(0.1)
+    m = await _pools_empty(url, "after the storm")
     assert m["deltaserve_num_requests_running"] == 0 and m["deltaserve_num_requests_waiting"] == 0
     async with httpx.AsyncClient(timeout=10) as http:
         assert (await http.get(f"{url}/health")).status_code == 200
