@@ -25,6 +25,7 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from engine.bench.kernels import time_eager
 from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
 from engine.sampling_params import SamplingParams
 from engine.worker.model_runner import ModelRunner
@@ -100,16 +101,7 @@ def replay_ms(runner: ModelRunner, seqs: list[ScheduledSeq], reps: int) -> float
     key = graphs.bucket(seqs) if graphs is not None else None
     if graphs is None or key is None or key not in graphs.graphs:
         return 0.0
-    g = graphs.graphs[key].graph
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return time_eager(graphs.graphs[key].graph.replay, reps) / 1e3  # us -> ms
 
 
 def main(argv: list[str] | None = None) -> None:
