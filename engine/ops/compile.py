@@ -10,11 +10,13 @@ for sm_120), so only ``-std=c++17`` and the ``DS_SM`` define are passed.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import sys
+import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.ops import launch_ex
@@ -39,6 +41,24 @@ def _find_cuda_dir() -> Path:
 
 
 CUDA_DIR = _find_cuda_dir()
+
+log = logging.getLogger(__name__)
+# A module load from CuPy's disk cache takes milliseconds; an NVRTC compile takes about a second.
+SLOW_COMPILE_S = 0.2
+
+
+@dataclass
+class CompileStats:
+    """This process's RawModule builds: how many, how long, and the names of those slow enough to have
+    been real NVRTC compiles rather than loads from CuPy's disk cache."""
+
+    modules: int = 0
+    seconds: float = 0.0
+    names: list[str] = field(default_factory=list)  # every build, "file:instantiation", in order
+    slow: list[str] = field(default_factory=list)
+
+
+STATS = CompileStats()
 
 _INCLUDE = re.compile(r'^#include "([^"]+)"\s*$', re.MULTILINE)
 _ROW = re.compile(r"X\((\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)\)")
@@ -142,12 +162,21 @@ def module(filename: str, names: tuple[str, ...]):
     import cupy
 
     cc = device_cc()
+    t0 = time.perf_counter()
     mod = cupy.RawModule(
         code=read_source(filename),
         options=("-std=c++17", f"-DDS_SM={cc}"),
         name_expressions=list(names),
     )
     mod.compile()
+    dt = time.perf_counter() - t0
+    STATS.modules += 1
+    STATS.seconds += dt
+    STATS.names.append(f"{filename}:{','.join(names)}")
+    if dt >= SLOW_COMPILE_S:
+        STATS.slow.append(STATS.names[-1])
+        # after start-up this is a step stalled by a compile: the warm-up missed a launch shape
+        log.info("compiled %s %s for sm_%d in %.2f s", filename, ",".join(names), cc, dt)
     return mod
 
 

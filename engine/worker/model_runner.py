@@ -20,9 +20,11 @@ import torch
 
 from engine.config import EngineConfig
 from engine.model.cache import ModelCache, kv_bytes_per_block, state_bytes_per_slot
-from engine.model.forward_batch import ForwardBatch, SeqSpec
+from engine.model.forward_batch import ForwardBatch
 from engine.model.loader import build_model
 from engine.ops import make_ops
+from engine.ops.compile import SLOW_COMPILE_S
+from engine.ops.compile import STATS as KERNEL_BUILDS
 from engine.worker.cuda_graphs import DecodeGraphs
 from engine.worker.memory import (
     MemorySplit,
@@ -36,6 +38,7 @@ from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
 from engine.worker.resolve import resolve_cache, resolve_model
 from engine.worker.sampler import SampledTokens, Sampler
 from engine.worker.step import PendingStep, SamplerOutput, ScheduledSeq
+from engine.worker.warmup import probe_pool_size, warmup_batches
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +162,15 @@ class ModelRunner:
         if self.device.type == "cuda":
             self.memory = self._measure()
             log.info("%s", self.memory.log_line(self.cache_config.mamba_ssm_cache_dtype))
+            stats = KERNEL_BUILDS
+            log.info(
+                "kernels: %d modules built in %.1f s, %d of them over %.1f s each (NVRTC compiles; a load "
+                "from CuPy's disk cache takes milliseconds)",
+                stats.modules,
+                stats.seconds,
+                len(stats.slow),
+                SLOW_COMPILE_S,
+            )
 
     def _slot_bytes(self) -> int:
         """One GDN state slot over every layer: conv state in the model dtype, recurrent in the ssm dtype."""
@@ -187,17 +199,17 @@ class ModelRunner:
         bs, sc, cc = self.block_size, config.scheduler, config.cache
         total = self._total = self._device_total(config)
         budget = int(total * cc.gpu_memory_utilization)
-        # Profile forward at the full token budget on a minimal pool: the step workspace.
+        # Profile forwards on a small pool: the full-budget prefill and the other step shapes of
+        # engine/worker/warmup.py (their kernels built now, not in a live step); the peak over them
+        # is the step workspace.
         tokens = sc.max_num_batched_tokens
-        probe_blocks = math.ceil(tokens / bs) + 1
+        probe_blocks, probe_slots = probe_pool_size(tokens, sc.max_num_seqs, bs)
         self.cache = ModelCache.allocate(
-            self.cache_spec, probe_blocks, bs, 2, self.dtype, self.device, ssm_dtype=self.ssm_dtype
+            self.cache_spec, probe_blocks, bs, probe_slots, self.dtype, self.device, ssm_dtype=self.ssm_dtype
         )
         torch.cuda.reset_peak_memory_stats(self.device)
-        spec = SeqSpec(
-            token_ids=[0] * tokens, num_computed=0, block_ids=list(range(1, probe_blocks)), state_slot=1
-        )
-        self.execute(ForwardBatch.build([spec], bs, self.device))
+        for specs in warmup_batches(tokens, sc.max_num_seqs, bs, probe_slots - 1):
+            self.execute(ForwardBatch.build(specs, bs, self.device))
         torch.cuda.synchronize(self.device)
         self._activation_peak = torch.cuda.max_memory_allocated(self.device) - torch.cuda.memory_allocated(
             self.device
