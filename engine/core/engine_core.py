@@ -137,14 +137,37 @@ class EngineCore:
         else:
             sched = self.scheduler.schedule()
             pending = self._run(sched.seqs, None) if sched.seqs else None
+        t_launched = t_ahead = t_read = time.perf_counter()
         if pending is not None:
             if self.async_scheduling:
                 nxt = self.scheduler.schedule_ahead(sched)
                 if nxt is not None:
                     self._ahead = (nxt, self._run(nxt.seqs, pending))
-            outputs.extend(self.scheduler.update(sched, pending.result()))
+            t_ahead = time.perf_counter()
+            result = pending.result()
+            t_read = time.perf_counter()
+            outputs.extend(self.scheduler.update(sched, result))
         self.step_index += 1
-        return EngineOutputs(outputs, self._stats(time.perf_counter() - t0, sched))
+        stats = self._stats(time.perf_counter() - t0, sched)
+        if logger.isEnabledFor(logging.DEBUG):
+            # --log-level debug: one line per step. "launch" is the host building and queueing this
+            # step (0 when it was launched ahead), "ahead" the next one, "wait" blocking on the device
+            # for this step's tokens, "update" the scheduler's bookkeeping after them.
+            logger.debug(
+                "step %d: %d prefill + %d decode tokens, %d running, %d waiting, %.3f ms "
+                "(launch %.3f, ahead %.3f, wait %.3f, update %.3f)",
+                stats.step,
+                stats.num_prefill_tokens,
+                stats.num_decode_tokens,
+                stats.num_running,
+                stats.num_waiting,
+                stats.step_time_s * 1e3,
+                (t_launched - t0) * 1e3,
+                (t_ahead - t_launched) * 1e3,
+                (t_read - t_ahead) * 1e3,
+                (t0 + stats.step_time_s - t_read) * 1e3,
+            )
+        return EngineOutputs(outputs, stats)
 
     def _run(self, seqs: list[ScheduledSeq], prev: PendingStep | None) -> PendingStep:
         if self._launch is not None:

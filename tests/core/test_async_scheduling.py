@@ -172,3 +172,35 @@ def test_model_runner_async_equals_sync():
         outs.append(got)
         assert any(launches) == async_on
     assert outs[0] == outs[1]
+
+
+def test_debug_log_has_one_line_per_step_with_its_tokens(caplog):
+    """--log-level debug: one line per step naming its prefill / decode tokens and the host split."""
+    import logging
+    import re
+
+    core = _core(True, budget=16)
+    caplog.set_level(logging.DEBUG, logger="deltaserve.engine")
+    core.add_requests(AddRequests([_req("a", list(range(1, 21)), max_tokens=3)]))
+    steps = []
+    while core.has_work():
+        out = core.step()
+        steps.append(out.stats)
+    pat = re.compile(
+        r"step (\d+): (\d+) prefill \+ (\d+) decode tokens, \d+ running, \d+ waiting, [\d.]+ ms "
+        r"\(launch [\d.]+, ahead [\d.]+, wait [\d.]+, update [\d.]+\)"
+    )
+    lines = [
+        m for r in caplog.records if r.name == "deltaserve.engine" and (m := pat.fullmatch(r.getMessage()))
+    ]
+    assert [int(m[1]) for m in lines] == [s.step for s in steps]
+    assert [(int(m[2]), int(m[3])) for m in lines] == [
+        (s.num_prefill_tokens, s.num_decode_tokens) for s in steps
+    ]
+    assert sum(int(m[2]) for m in lines) == 20, "the 20-token prompt in 16 + 4 token chunks"
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="deltaserve.engine")
+    core.add_requests(AddRequests([_req("b", [1, 2, 3], max_tokens=2)]))
+    while core.has_work():
+        core.step()
+    assert not [r for r in caplog.records if r.getMessage().startswith("step ")], "silent at info"
