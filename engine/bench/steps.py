@@ -7,7 +7,9 @@ steps replay their CUDA graph as in serving:
 - prefill: 2 sequences x 1,024 new tokens;
 - mixed: 32 decodes at ~1,100 tokens of context + 2,016 prefill tokens (one 1,024 prompt + a 992 chunk);
 - decode at batch 1, 8, 32 and 64, ~1,100 tokens of context.
-Reported per kind: wall time (median over repetitions, the sampler's host copy synchronises), device
+Reported per kind: wall time (median over repetitions, the sampler's host copy synchronises), launch
+(the host's time to build and queue the step, before it waits for the tokens: a step whose launch
+is close to its wall time is bound by the host, not the device), device
 time (the sum of kernel durations in one profiled repetition), host time = wall - device, for decode
 steps ``replay`` (the graph replayed alone, timed by CUDA events: kernels plus the gaps between them),
 and device time by op family (GEMMs, attention, GDN, norms and elementwise, sampling/other). KV and
@@ -17,9 +19,13 @@ state contents are whatever the pools hold (zeros): the shapes, not the values, 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import math
+import pstats
 import statistics
 import time
+import warnings
 from collections import defaultdict
 
 import numpy as np
@@ -104,6 +110,32 @@ def replay_ms(runner: ModelRunner, seqs: list[ScheduledSeq], reps: int) -> float
     return time_eager(graphs.graphs[key].graph.replay, reps) / 1e3  # us -> ms
 
 
+def print_host_profile(name: str, runner: ModelRunner, seqs: list[ScheduledSeq], reps: int, top: int) -> None:
+    """The host functions that cost the most while the step is built and queued (``reps`` launches)."""
+    prof = cProfile.Profile()
+    for _ in range(reps):
+        prof.enable()
+        pending = runner.launch(seqs)
+        prof.disable()
+        pending.result()
+    # torch ops that synchronise with the device while the step is queued (CuPy launches never do)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            pending = runner.launch(seqs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        pending.result()
+    syncs = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message)]
+    print(f"{name}: {len(syncs)} synchronising torch calls in one launch {syncs[:3]}")
+    buf = io.StringIO()
+    stats = pstats.Stats(prof, stream=buf).sort_stats("tottime")
+    stats.print_stats(top)
+    print(f"{name}: host profile of {reps} launches (tottime order)")
+    print("\n".join(line for line in buf.getvalue().splitlines() if line.strip())[:6000])
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -111,6 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kernel-arms", nargs="*", default=[])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--top", type=int, default=0, help="list the N costliest kernels of each step")
+    ap.add_argument(
+        "--host-profile", type=int, default=0, help="cProfile the launches: the N costliest host functions"
+    )
     a = ap.parse_args(argv)
     mc = ModelConfig(model=a.model, load_format=a.load_format, kernel_arms=tuple(a.kernel_arms))
     per_seq = math.ceil((CTX + 1100) / 32)
@@ -130,12 +165,20 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             runner.execute_model(seqs)
             walls.append((time.perf_counter() - t0) * 1e3)
+        launches = []
+        for _ in range(a.reps):
+            t0 = time.perf_counter()
+            pending = runner.launch(seqs)
+            launches.append((time.perf_counter() - t0) * 1e3)
+            pending.result()
+        if a.host_profile:
+            print_host_profile(name, runner, seqs, a.reps, a.host_profile)
         replay = replay_ms(runner, seqs, a.reps)
         kernels: dict[str, list[float]] = {}
         fam = profile_once(runner, seqs, kernels)
         device = sum(fam.values()) / 1e3
         wall = statistics.median(walls)
-        rows.append((name, wall, device, replay, fam))
+        rows.append((name, wall, statistics.median(launches), device, replay, fam))
         if a.top:
             n = int(sum(c for c, _ in kernels.values()))
             print(f"{name}: {n} kernels, the {a.top} costliest (count, total us, name)")
@@ -143,12 +186,12 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  {int(c):>5} {us:>9.1f}  {k[:110]}")
     print(f"arms: {' '.join(a.kernel_arms) or 'defaults'}; device {runner.device_name}")
     names = [f for f, _ in FAMILIES] + ["sampling/other"]
-    head = f"{'step':<22}{'wall ms':>9}{'device':>9}{'host':>8}{'replay':>8}"
+    head = f"{'step':<22}{'wall ms':>9}{'launch':>8}{'device':>9}{'host':>8}{'replay':>8}"
     print(head + "".join(f"{n[:10]:>12}" for n in names))
-    for name, wall, device, replay, fam in rows:
+    for name, wall, launch, device, replay, fam in rows:
         cols = "".join(f"{fam.get(n, 0.0) / 1e3:>12.2f}" for n in names)
         rep = f"{replay:>8.2f}" if replay else f"{'-':>8}"
-        print(f"{name:<22}{wall:>9.2f}{device:>9.2f}{wall - device:>8.2f}{rep}{cols}")
+        print(f"{name:<22}{wall:>9.2f}{launch:>8.2f}{device:>9.2f}{wall - device:>8.2f}{rep}{cols}")
 
 
 if __name__ == "__main__":
