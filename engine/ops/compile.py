@@ -19,6 +19,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy
+
 from engine.ops import launch_ex
 
 # Sources sit in one folder per op (gdn/, conv/, norm/, attention/, gemm/); shared headers in common/.
@@ -191,24 +193,39 @@ def kernel(filename: str, name: str):
     return fn
 
 
-_STREAMS: dict[int, object] = {}
+class _Stream:
+    """What CuPy's ``Function.__call__`` reads from its ``stream`` argument: the raw handle."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
 
 
-def current_stream():
-    """torch's current stream as a CuPy stream object (cached by handle)."""
-    import cupy
+_STREAMS: dict[int, _Stream] = {}
+# id(RawKernel) -> (the RawKernel, kept so its id stays its own; its cupy.cuda.function.Function)
+_FUNCTIONS: dict[int, tuple[object, object]] = {}
+
+
+def _raw_stream() -> int:
+    """torch's current stream on the current device, as the driver handle. ``torch.cuda.current_stream()``
+    builds a Python stream object and resolves the device on every call (~10 us, once per launch);
+    the private accessor returns the handle itself."""
     import torch
 
-    ts = torch.cuda.current_stream()
-    ptr = ts.cuda_stream
-    s = _STREAMS.get(ptr)
-    if s is None:
-        if hasattr(cupy.cuda.Stream, "from_external") and hasattr(ts, "__cuda_stream__"):
-            s = cupy.cuda.Stream.from_external(ts)  # holds a reference to the torch stream
-        else:  # CuPy < 14 or a torch without the CUDA stream protocol
-            s = cupy.cuda.ExternalStream(ptr, torch.cuda.current_device())
-        _STREAMS[ptr] = s
-    return s
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if get is None:  # a torch without it: the public, slower path
+        return int(torch.cuda.current_stream().cuda_stream)
+    return int(get(torch._C._cuda_getDevice()))
+
+
+def _function(fn):
+    """The launchable Function inside a CuPy RawKernel (cached: ``RawKernel.kernel`` looks up the
+    device each time); a Function is returned as is."""
+    hit = _FUNCTIONS.get(id(fn))
+    if hit is None:
+        hit = _FUNCTIONS[id(fn)] = (fn, getattr(fn, "kernel", fn))
+    return hit[1]
 
 
 def launch(
@@ -219,31 +236,26 @@ def launch(
     ``pdl``: the kernel waits (``cuda/common/pdl.cuh``) before it reads what earlier kernels wrote, so
     inside :func:`engine.ops.launch_ex.programmatic_launches` on sm_90+ it is launched with
     programmatic stream serialization (it may start while the kernel before it finishes)."""
+    stream = _raw_stream()
     if pdl and launch_ex.active() and device_cc() >= 90:
-        import torch
-
-        launch_ex.launch_pdl(fn, grid, block, args, shared_mem, torch.cuda.current_stream().cuda_stream)
+        launch_ex.launch_pdl(fn, grid, block, args, shared_mem, stream)
         return
-    with current_stream():
-        fn(grid, block, args, shared_mem=shared_mem)
+    s = _STREAMS.get(stream)
+    if s is None:
+        s = _STREAMS[stream] = _Stream(stream)
+    _function(fn)(grid, block, args, shared_mem, s)
 
 
 def ptr(t) -> object:
     """A tensor's device address as the 8-byte integer a kernel pointer parameter expects."""
-    import numpy
-
     return numpy.uint64(t.data_ptr())
 
 
 def i32(x: int) -> object:
-    import numpy
-
     return numpy.int32(x)
 
 
 def f32(x: float) -> object:
-    import numpy
-
     return numpy.float32(x)
 
 
@@ -253,12 +265,14 @@ def require(cond: bool, msg: str) -> None:
 
 
 def check_cuda(name: str, t, dtype=None, dim: int | None = None) -> None:
-    """Device, dtype and rank checks with the op/tensor named in the error."""
-    require(t.is_cuda, f"{name}: expected a CUDA tensor, got device {t.device}")
-    if dtype is not None:
-        require(t.dtype == dtype, f"{name}: expected dtype {dtype}, got {t.dtype}")
-    if dim is not None:
-        require(t.dim() == dim, f"{name}: expected {dim} dims, got shape {tuple(t.shape)}")
+    """Device, dtype and rank checks with the op/tensor named in the error. Called for every tensor
+    of every launch, so the messages are formatted only when a check fails."""
+    if not t.is_cuda:
+        raise ValueError(f"{name}: expected a CUDA tensor, got device {t.device}")
+    if dtype is not None and t.dtype != dtype:
+        raise ValueError(f"{name}: expected dtype {dtype}, got {t.dtype}")
+    if dim is not None and t.dim() != dim:
+        raise ValueError(f"{name}: expected {dim} dims, got shape {tuple(t.shape)}")
 
 
 def as_i32(t):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.ops.compile import as_i32, f32, i32, kernel, launch, ptr, require, tuning_row
+from engine.ops.compile import as_i32, f32, i32, kernel, launch, ptr, tuning_row
 
 SRC = "attention/paged_attention.cu"
 HEAD_DIMS = (64, 128, 256)
@@ -90,7 +90,8 @@ def pick_splits(items: int, kv_tiles: int, slots: int, max_splits: int = MAX_SPL
     """KV splits per work item: the smallest count minimising waves x (tiles per split + 1 prologue),
     plus one tile's worth for the combine pass when split. ``items`` is the grid's work-item bound,
     ``kv_tiles`` the longest sequence's tile count and ``slots`` the resident CTAs of the device."""
-    require(items >= 1 and kv_tiles >= 1 and slots >= 1, f"{OP}: bad split inputs {items, kv_tiles, slots}")
+    if not (items >= 1 and kv_tiles >= 1 and slots >= 1):
+        raise ValueError(f"{OP}: bad split inputs {items, kv_tiles, slots}")
     best, best_cost = 1, math.inf
     for s in range(1, max(1, min(max_splits, kv_tiles)) + 1):
         waves = -(-items * s // slots)
@@ -121,7 +122,8 @@ def make_plan(
     if splits is None:
         cap = max(1, WORKSPACE_BYTES // max(1, num_tokens * num_heads * (head_dim + 1) * 4))
         splits = pick_splits(items, -(-max_seq_len // bn), slots_for(shape), min(MAX_SPLITS, cap))
-    require(1 <= splits <= MAX_SPLITS, f"{OP}: splits must be in [1, {MAX_SPLITS}], got {splits}")
+    if not (1 <= splits <= MAX_SPLITS):
+        raise ValueError(f"{OP}: splits must be in [1, {MAX_SPLITS}], got {splits}")
     return Plan(head_dim, bn, nw, stages, splits, (num_seqs * num_kv_heads, q_tiles, splits))
 
 
@@ -161,21 +163,32 @@ def _slots(device_index: int, name: str, smem: int, threads: int) -> int:
 
 
 def _check_inputs(q, k_cache, v_cache, block_table, query_start_loc, seq_lens, num_computed, gate, scale):
-    require(q.dim() == 3, f"{OP}: q must be [T, H, D], got shape {tuple(q.shape)}")
-    require(q.dtype == torch.bfloat16, f"{OP}: q must be bfloat16, got {q.dtype}")
+    if q.dim() != 3:
+        raise ValueError(f"{OP}: q must be [T, H, D], got shape {tuple(q.shape)}")
+    if q.dtype != torch.bfloat16:
+        raise ValueError(f"{OP}: q must be bfloat16, got {q.dtype}")
     T, H, D = q.shape
-    require(D in HEAD_DIMS, f"{OP}: head dim {D} not in {HEAD_DIMS}")
+    if D not in HEAD_DIMS:
+        raise ValueError(f"{OP}: head dim {D} not in {HEAD_DIMS}")
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
-        require(c.dim() == 4, f"{OP}: {name} must be [NB, bs, Hkv, D], got shape {tuple(c.shape)}")
-        require(c.dtype == torch.bfloat16, f"{OP}: {name} must be bfloat16, got {c.dtype}")
-        require(c.is_contiguous(), f"{OP}: {name} must be contiguous")
+        if c.dim() != 4:
+            raise ValueError(f"{OP}: {name} must be [NB, bs, Hkv, D], got shape {tuple(c.shape)}")
+        if c.dtype != torch.bfloat16:
+            raise ValueError(f"{OP}: {name} must be bfloat16, got {c.dtype}")
+        if not c.is_contiguous():
+            raise ValueError(f"{OP}: {name} must be contiguous")
     kshape, vshape = tuple(k_cache.shape), tuple(v_cache.shape)
-    require(kshape == vshape, f"{OP}: k_cache {kshape} and v_cache {vshape} differ")
+    if kshape != vshape:
+        raise ValueError(f"{OP}: k_cache {kshape} and v_cache {vshape} differ")
     _, bs, hkv, dk = k_cache.shape
-    require(dk == D, f"{OP}: k_cache head dim {dk} != q head dim {D}")
-    require(bs in BLOCK_SIZES, f"{OP}: k_cache block size {bs} not in {BLOCK_SIZES}")
-    require(hkv >= 1 and H % hkv == 0, f"{OP}: q heads {H} not a multiple of k_cache kv heads {hkv}")
-    require(block_table.dim() == 2, f"{OP}: block_table must be [B, M], got shape {tuple(block_table.shape)}")
+    if dk != D:
+        raise ValueError(f"{OP}: k_cache head dim {dk} != q head dim {D}")
+    if bs not in BLOCK_SIZES:
+        raise ValueError(f"{OP}: k_cache block size {bs} not in {BLOCK_SIZES}")
+    if not (hkv >= 1 and H % hkv == 0):
+        raise ValueError(f"{OP}: q heads {H} not a multiple of k_cache kv heads {hkv}")
+    if block_table.dim() != 2:
+        raise ValueError(f"{OP}: block_table must be [B, M], got shape {tuple(block_table.shape)}")
     B = block_table.shape[0]
     meta = (
         ("query_start_loc", query_start_loc, B + 1),
@@ -183,20 +196,27 @@ def _check_inputs(q, k_cache, v_cache, block_table, query_start_loc, seq_lens, n
         ("num_computed", num_computed, B),
     )
     for name, t, n in meta:
-        require(t.dim() == 1 and t.shape[0] == n, f"{OP}: {name} must be [{n}], got shape {tuple(t.shape)}")
+        if not (t.dim() == 1 and t.shape[0] == n):
+            raise ValueError(f"{OP}: {name} must be [{n}], got shape {tuple(t.shape)}")
     for name, t, _ in (("block_table", block_table, 0), *meta):
-        require(t.dtype in (torch.int32, torch.int64), f"{OP}: {name} must be int32 or int64, got {t.dtype}")
+        if t.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"{OP}: {name} must be int32 or int64, got {t.dtype}")
     if gate is not None:
         gshape = tuple(gate.shape)
-        require(gshape == (T, H, D), f"{OP}: gate must be {(T, H, D)} like q, got {gshape}")
-        require(gate.dtype == torch.bfloat16, f"{OP}: gate must be bfloat16, got {gate.dtype}")
-    require(math.isfinite(scale) and scale > 0, f"{OP}: scale must be a positive finite float, got {scale}")
+        if gshape != (T, H, D):
+            raise ValueError(f"{OP}: gate must be {(T, H, D)} like q, got {gshape}")
+        if gate.dtype != torch.bfloat16:
+            raise ValueError(f"{OP}: gate must be bfloat16, got {gate.dtype}")
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"{OP}: scale must be a positive finite float, got {scale}")
     tensors = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_table", block_table)]
     tensors += [("query_start_loc", query_start_loc), ("seq_lens", seq_lens), ("num_computed", num_computed)]
     tensors += [("gate", gate)] if gate is not None else []
     for name, t in tensors:
-        require(t.is_cuda, f"{OP}: {name} must be a CUDA tensor, got device {t.device}")
-        require(t.device == q.device, f"{OP}: {name} is on {t.device}, q on {q.device}")
+        if not t.is_cuda:
+            raise ValueError(f"{OP}: {name} must be a CUDA tensor, got device {t.device}")
+        if t.device != q.device:
+            raise ValueError(f"{OP}: {name} is on {t.device}, q on {q.device}")
     return T, H, D, B, hkv, bs
 
 
@@ -233,8 +253,10 @@ def paged_attention(
     T, H, D, B, hkv, bs = _check_inputs(
         q, k_cache, v_cache, block_table, query_start_loc, seq_lens, num_computed, gate, float(scale)
     )
-    require(int(max_query_len) >= 1, f"{OP}: max_query_len must be >= 1, got {max_query_len}")
-    require(int(max_seq_len) >= 1, f"{OP}: max_seq_len must be >= 1, got {max_seq_len}")
+    if int(max_query_len) < 1:
+        raise ValueError(f"{OP}: max_query_len must be >= 1, got {max_query_len}")
+    if int(max_seq_len) < 1:
+        raise ValueError(f"{OP}: max_seq_len must be >= 1, got {max_seq_len}")
     out = torch.empty((T, H, D), dtype=torch.bfloat16, device=q.device)
     if T == 0 or B == 0:
         return out
@@ -247,7 +269,8 @@ def paged_attention(
         T, B, H, hkv, D, int(max_query_len), int(max_seq_len), device_slots(dev, D), shape_for, splits
     )
     tiles = plan.grid[1]
-    require(tiles <= 65535, f"{OP}: max_query_len {max_query_len} needs {tiles} query tiles (> 65535)")
+    if tiles > 65535:
+        raise ValueError(f"{OP}: max_query_len {max_query_len} needs {tiles} query tiles (> 65535)")
     q = _rows16(q)
     if gate is not None and not (
         gate.stride(2) == 1

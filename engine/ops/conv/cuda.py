@@ -20,7 +20,6 @@ from engine.ops.compile import (
     kernel,
     launch,
     ptr,
-    require,
 )
 
 SRC = "conv/conv.cu"
@@ -35,18 +34,20 @@ def _check_common(
     check_cuda(f"{op} weight", weight, torch.bfloat16, 2)
     check_cuda(f"{op} conv_state", conv_state, torch.bfloat16, 3)
     C, K = weight.shape
-    require(weight.is_contiguous(), f"{op}: weight [C, K] must be contiguous")
-    require(2 <= K <= KMAX, f"{op}: conv width {K} outside [2, {KMAX}]")
-    require(x.shape[1] == C, f"{op}: x has {x.shape[1]} channels, weight {C}")
-    require(C % VEC == 0, f"{op}: channels {C} must be a multiple of {VEC}")
-    require(
-        x.stride(1) == 1 and x.stride(0) % VEC == 0 and aligned16(x),
-        f"{op}: x rows must be contiguous, 16-byte aligned, row stride a multiple of {VEC}",
-    )
-    require(
-        conv_state.is_contiguous() and tuple(conv_state.shape[1:]) == (C, K - 1),
-        f"{op}: conv_state must be contiguous [S, {C}, {K - 1}], got {tuple(conv_state.shape)}",
-    )
+    if not weight.is_contiguous():
+        raise ValueError(f"{op}: weight [C, K] must be contiguous")
+    if not (2 <= K <= KMAX):
+        raise ValueError(f"{op}: conv width {K} outside [2, {KMAX}]")
+    if x.shape[1] != C:
+        raise ValueError(f"{op}: x has {x.shape[1]} channels, weight {C}")
+    if C % VEC != 0:
+        raise ValueError(f"{op}: channels {C} must be a multiple of {VEC}")
+    if not (x.stride(1) == 1 and x.stride(0) % VEC == 0 and aligned16(x)):
+        raise ValueError(f"{op}: x rows must be contiguous, 16-byte aligned, row stride a multiple of {VEC}")
+    if not (conv_state.is_contiguous() and tuple(conv_state.shape[1:]) == (C, K - 1)):
+        raise ValueError(
+            f"{op}: conv_state must be contiguous [S, {C}, {K - 1}], got {tuple(conv_state.shape)}"
+        )
     return C, K
 
 
@@ -77,10 +78,8 @@ def causal_conv1d_prefill(
     op = "causal_conv1d_prefill"
     C, K = _check_common(op, x, weight, conv_state)
     B = state_slot.shape[0]
-    require(
-        query_start_loc.shape[0] == B + 1 and has_initial_state.shape[0] == B,
-        f"{op}: query_start_loc [B+1], has_initial_state [B] must match state_slot [B={B}]",
-    )
+    if not (query_start_loc.shape[0] == B + 1 and has_initial_state.shape[0] == B):
+        raise ValueError(f"{op}: query_start_loc [B+1], has_initial_state [B] must match state_slot [B={B}]")
     out = torch.empty((x.shape[0], C), dtype=x.dtype, device=x.device)
     if x.shape[0] == 0 or B == 0 or max_query_len <= 0:
         return out
@@ -123,7 +122,8 @@ def causal_conv1d_decode(
     op = "causal_conv1d_decode"
     C, K = _check_common(op, x, weight, conv_state)
     B = x.shape[0]
-    require(state_slot.shape[0] == B, f"{op}: state_slot has {state_slot.shape[0]} rows, x {B}")
+    if state_slot.shape[0] != B:
+        raise ValueError(f"{op}: state_slot has {state_slot.shape[0]} rows, x {B}")
     out = torch.empty((B, C), dtype=x.dtype, device=x.device)
     if B == 0:
         return out

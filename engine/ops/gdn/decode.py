@@ -22,7 +22,6 @@ from engine.ops.compile import (
     kernel,
     launch,
     ptr,
-    require,
     tuning_row,
 )
 from engine.ops.gdn.state import state_type
@@ -56,19 +55,20 @@ def counters(device: torch.device) -> torch.Tensor:
 
 def _check_vec(op: str, name: str, t: torch.Tensor, n: int) -> None:
     check_cuda(f"{op} {name}", t)
-    require(
-        t.dtype in (torch.bfloat16, torch.float32) and t.numel() == n and t.is_contiguous(),
-        f"{op}: {name} must be a contiguous [{n}] bf16 or fp32 tensor, got {t.dtype} {tuple(t.shape)}",
-    )
+    if not (t.dtype in (torch.bfloat16, torch.float32) and t.numel() == n and t.is_contiguous()):
+        raise ValueError(
+            f"{op}: {name} must be a contiguous [{n}] bf16 or fp32 tensor, got {t.dtype} {tuple(t.shape)}"
+        )
 
 
 def _check_rows(op: str, name: str, t: torch.Tensor, shape: tuple[int, int], vec: int) -> None:
     check_cuda(f"{op} {name}", t, torch.bfloat16, 2)
-    require(tuple(t.shape) == shape, f"{op}: {name} must be {list(shape)}, got {tuple(t.shape)}")
-    require(
-        t.stride(1) == 1 and t.stride(0) % vec == 0 and t.data_ptr() % (2 * vec) == 0,
-        f"{op}: {name} needs contiguous rows, {2 * vec}-byte aligned, row stride a multiple of {vec}",
-    )
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{op}: {name} must be {list(shape)}, got {tuple(t.shape)}")
+    if not (t.stride(1) == 1 and t.stride(0) % vec == 0 and t.data_ptr() % (2 * vec) == 0):
+        raise ValueError(
+            f"{op}: {name} needs contiguous rows, {2 * vec}-byte aligned, row stride a multiple of {vec}"
+        )
 
 
 def gdn_decode(
@@ -100,45 +100,54 @@ def gdn_decode(
     check_cuda(f"{op} qkv", qkv, torch.bfloat16, 2)
     B, C = qkv.shape
     _check_rows(op, "qkv", qkv, (B, C), 4)
-    require(nk > 0 and C % D == 0 and C // D > 2 * nk, f"{op}: qkv has {C} channels, Nk = {nk}")
+    if not (nk > 0 and C % D == 0 and C // D > 2 * nk):
+        raise ValueError(f"{op}: qkv has {C} channels, Nk = {nk}")
     nv = C // D - 2 * nk
-    require(nv % nk == 0, f"{op}: Nv = {nv} must be a multiple of Nk = {nk}")
+    if nv % nk != 0:
+        raise ValueError(f"{op}: Nv = {nv} must be a multiple of Nk = {nk}")
     _check_rows(op, "z", z, (B, nv * D), 4)
     _check_rows(op, "b", b, (B, nv), 1)
     _check_rows(op, "a", a, (B, nv), 1)
     check_cuda(f"{op} conv_weight", conv_weight, torch.bfloat16, 2)
-    require(
+    if not (
         tuple(conv_weight.shape) == (C, CONV_K)
         and conv_weight.is_contiguous()
-        and conv_weight.data_ptr() % 16 == 0,
-        f"{op}: conv_weight must be contiguous, aligned [{C}, {CONV_K}], got {tuple(conv_weight.shape)}",
-    )
+        and conv_weight.data_ptr() % 16 == 0
+    ):
+        raise ValueError(
+            f"{op}: conv_weight must be contiguous, aligned [{C}, {CONV_K}], got {tuple(conv_weight.shape)}"
+        )
     check_cuda(f"{op} conv_state", conv_state, torch.bfloat16, 3)
-    require(
+    if not (
         conv_state.is_contiguous()
         and tuple(conv_state.shape[1:]) == (C, CONV_K - 1)
-        and conv_state.data_ptr() % 16 == 0,
-        f"{op}: conv_state must be contiguous, aligned [S, {C}, {CONV_K - 1}], got {tuple(conv_state.shape)}",
-    )
+        and conv_state.data_ptr() % 16 == 0
+    ):
+        raise ValueError(
+            f"{op}: conv_state must be contiguous, aligned [S, {C}, {CONV_K - 1}], "
+            f"got {tuple(conv_state.shape)}"
+        )
     st = state_type(op, ssm_state)
-    require(
+    if not (
         ssm_state.is_contiguous()
         and tuple(ssm_state.shape[1:]) == (nv, D, D)
-        and ssm_state.data_ptr() % 16 == 0,
-        f"{op}: ssm_state must be a contiguous aligned [S, {nv}, {D}, {D}], got {tuple(ssm_state.shape)}",
-    )
+        and ssm_state.data_ptr() % 16 == 0
+    ):
+        raise ValueError(
+            f"{op}: ssm_state must be a contiguous aligned [S, {nv}, {D}, {D}], got {tuple(ssm_state.shape)}"
+        )
     _check_vec(op, "A_log", A_log, nv)
     _check_vec(op, "dt_bias", dt_bias, nv)
     _check_vec(op, "norm_weight", norm_weight, D)
     check_cuda(f"{op} state_slot", state_slot, dim=1)
-    require(state_slot.shape[0] == B, f"{op}: state_slot has {state_slot.shape[0]} rows, qkv {B}")
+    if state_slot.shape[0] != B:
+        raise ValueError(f"{op}: state_slot has {state_slot.shape[0]} rows, qkv {B}")
     dev = qkv.device
     for name, t in (("z", z), ("b", b), ("a", a), ("conv_state", conv_state), ("ssm_state", ssm_state)):
-        require(t.device == dev, f"{op}: {name} is on {t.device}, qkv on {dev}")
-    require(
-        B * nk <= COUNTER_CAPACITY,
-        f"{op}: B * Nk = {B * nk} exceeds the counter capacity {COUNTER_CAPACITY}",
-    )
+        if t.device != dev:
+            raise ValueError(f"{op}: {name} is on {t.device}, qkv on {dev}")
+    if B * nk > COUNTER_CAPACITY:
+        raise ValueError(f"{op}: B * Nk = {B * nk} exceeds the counter capacity {COUNTER_CAPACITY}")
     y = torch.empty((B, nv * D), dtype=torch.bfloat16, device=dev)
     if B == 0:
         return y

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.ops.compile import check_cuda, i32, kernel, launch, ptr, require
+from engine.ops.compile import check_cuda, i32, kernel, launch, ptr
 
 SRC = "gdn/gating.cu"
 THREADS = 256
@@ -15,10 +15,13 @@ def gdn_gating(a, b, A_log, dt_bias):
     op = "gdn_gating"
     check_cuda(f"{op} a", a, torch.bfloat16, 2)
     check_cuda(f"{op} b", b, torch.bfloat16, 2)
-    require(a.shape == b.shape, f"{op}: a {tuple(a.shape)} and b {tuple(b.shape)} differ")
-    require(a.stride(1) == 1 and b.stride(1) == 1, f"{op}: a and b need contiguous rows")
+    if a.shape != b.shape:
+        raise ValueError(f"{op}: a {tuple(a.shape)} and b {tuple(b.shape)} differ")
+    if not (a.stride(1) == 1 and b.stride(1) == 1):
+        raise ValueError(f"{op}: a and b need contiguous rows")
     T, nv = a.shape
-    require(A_log.numel() == nv and dt_bias.numel() == nv, f"{op}: A_log and dt_bias need {nv} entries")
+    if not (A_log.numel() == nv and dt_bias.numel() == nv):
+        raise ValueError(f"{op}: A_log and dt_bias need {nv} entries")
     # [Nv] fp32 copies are 128 bytes: cheaper than a template per parameter dtype
     a_log = A_log.reshape(nv).to(torch.float32).contiguous()
     dtb = dt_bias.reshape(nv).to(torch.float32).contiguous()

@@ -23,7 +23,6 @@ from engine.ops.compile import (
     kernel,
     launch,
     ptr,
-    require,
 )
 from engine.ops.gdn.state import STATE_TYPES, state_type
 
@@ -38,24 +37,27 @@ def _check(op, q, k, v, g, beta, ssm_state):
     state_type(op, ssm_state)
     T, nk, dk = k.shape
     nv, dv = v.shape[1], v.shape[2]
-    require(q.shape == k.shape, f"{op}: q {tuple(q.shape)} and k {tuple(k.shape)} differ")
-    require(v.shape[0] == T, f"{op}: v has {v.shape[0]} tokens, k {T}")
-    require(dk == DK and dv == DV, f"{op}: only dk = dv = {DK} is compiled, got {dk}, {dv}")
-    require(nv % nk == 0, f"{op}: Nv = {nv} must be a multiple of Nk = {nk}")
+    if q.shape != k.shape:
+        raise ValueError(f"{op}: q {tuple(q.shape)} and k {tuple(k.shape)} differ")
+    if v.shape[0] != T:
+        raise ValueError(f"{op}: v has {v.shape[0]} tokens, k {T}")
+    if not (dk == DK and dv == DV):
+        raise ValueError(f"{op}: only dk = dv = {DK} is compiled, got {dk}, {dv}")
+    if nv % nk != 0:
+        raise ValueError(f"{op}: Nv = {nv} must be a multiple of Nk = {nk}")
     for name, t, d in (("q", q, dk), ("k", k, dk)):
-        require(
-            t.stride(2) == 1 and t.stride(1) == d and t.stride(0) % 8 == 0 and t.data_ptr() % 16 == 0,
-            f"{op}: {name} needs contiguous 16-byte aligned heads and a token stride multiple of 8",
+        if not (t.stride(2) == 1 and t.stride(1) == d and t.stride(0) % 8 == 0 and t.data_ptr() % 16 == 0):
+            raise ValueError(
+                f"{op}: {name} needs contiguous 16-byte aligned heads and a token stride multiple of 8"
+            )
+    if not (v.stride(2) == 1 and v.stride(1) == dv and v.stride(0) % 4 == 0 and v.data_ptr() % 8 == 0):
+        raise ValueError(f"{op}: v needs contiguous 8-byte aligned heads and a token stride multiple of 4")
+    if not (g.shape == (T, nv) and beta.shape == (T, nv)):
+        raise ValueError(f"{op}: g and beta must be [T={T}, Nv={nv}]")
+    if not (ssm_state.is_contiguous() and tuple(ssm_state.shape[1:]) == (nv, dk, dv)):
+        raise ValueError(
+            f"{op}: ssm_state must be contiguous [S, {nv}, {dk}, {dv}], got {tuple(ssm_state.shape)}"
         )
-    require(
-        v.stride(2) == 1 and v.stride(1) == dv and v.stride(0) % 4 == 0 and v.data_ptr() % 8 == 0,
-        f"{op}: v needs contiguous 8-byte aligned heads and a token stride multiple of 4",
-    )
-    require(g.shape == (T, nv) and beta.shape == (T, nv), f"{op}: g and beta must be [T={T}, Nv={nv}]")
-    require(
-        ssm_state.is_contiguous() and tuple(ssm_state.shape[1:]) == (nv, dk, dv),
-        f"{op}: ssm_state must be contiguous [S, {nv}, {dk}, {dv}], got {tuple(ssm_state.shape)}",
-    )
     g = g.to(torch.float32).contiguous()
     beta = beta.to(torch.float32).contiguous()
     check_cuda(f"{op} g", g)
@@ -65,10 +67,8 @@ def _check(op, q, k, v, g, beta, ssm_state):
 def _check_varlen(op, query_start_loc, state_slot, has_initial_state) -> int:
     """B, after checking the varlen batch description: query_start_loc [B+1], has_initial_state [B]."""
     B = state_slot.shape[0]
-    require(
-        query_start_loc.shape[0] == B + 1 and has_initial_state.shape[0] == B,
-        f"{op}: query_start_loc [B+1], has_initial_state [B] must match state_slot [B={B}]",
-    )
+    if not (query_start_loc.shape[0] == B + 1 and has_initial_state.shape[0] == B):
+        raise ValueError(f"{op}: query_start_loc [B+1], has_initial_state [B] must match state_slot [B={B}]")
     return B
 
 
@@ -156,7 +156,8 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, ssm_state, state_slot):
     or bf16) by slot."""
     op = "recurrent_gated_delta_rule"
     B, nk, nv, g, beta = _check(op, q, k, v, g, beta, ssm_state)
-    require(state_slot.shape[0] == B, f"{op}: state_slot has {state_slot.shape[0]} rows, q {B}")
+    if state_slot.shape[0] != B:
+        raise ValueError(f"{op}: state_slot has {state_slot.shape[0]} rows, q {B}")
     out = torch.empty((B, nv, DV), dtype=v.dtype, device=v.device)
     if B == 0:
         return out

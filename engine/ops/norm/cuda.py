@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.ops.compile import arch_params, check_cuda, f32, i32, kernel, launch, ptr, require
+from engine.ops.compile import arch_params, check_cuda, f32, i32, kernel, launch, ptr
 
 SRC = "norm/gated_norm.cu"
 
@@ -16,24 +16,26 @@ def gated_rms_norm(x, z, weight, eps):
     check_cuda(f"{op} z", z, torch.bfloat16)
     check_cuda(f"{op} weight", weight)
     dv = x.shape[-1]
-    require(dv == 128, f"{op}: only dv = 128 is compiled, got {dv}")
-    require(
-        weight.dtype in (torch.bfloat16, torch.float32) and weight.numel() == dv and weight.is_contiguous(),
-        f"{op}: weight must be a contiguous [{dv}] bf16/fp32 tensor",
-    )
+    if dv != 128:
+        raise ValueError(f"{op}: only dv = 128 is compiled, got {dv}")
+    if not (
+        weight.dtype in (torch.bfloat16, torch.float32) and weight.numel() == dv and weight.is_contiguous()
+    ):
+        raise ValueError(f"{op}: weight must be a contiguous [{dv}] bf16/fp32 tensor")
     shape = x.shape
     x2 = x.reshape(-1, dv)
     z2 = z.reshape(-1, dv)
-    require(x2.shape == z2.shape, f"{op}: x {tuple(x.shape)} and z {tuple(z.shape)} differ")
-    require(
+    if x2.shape != z2.shape:
+        raise ValueError(f"{op}: x {tuple(x.shape)} and z {tuple(z.shape)} differ")
+    if not (
         x2.stride(1) == 1
         and z2.stride(1) == 1
         and x2.stride(0) % 4 == 0
         and z2.stride(0) % 4 == 0
         and x2.data_ptr() % 8 == 0
-        and z2.data_ptr() % 8 == 0,
-        f"{op}: rows must be contiguous and 8-byte aligned",
-    )
+        and z2.data_ptr() % 8 == 0
+    ):
+        raise ValueError(f"{op}: rows must be contiguous and 8-byte aligned")
     N = x2.shape[0]
     out = torch.empty((N, dv), dtype=x.dtype, device=x.device)
     if N == 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from engine.ops.attention.reference import _inv_freq
-from engine.ops.compile import check_cuda, f32, i32, kernel, launch, ptr, require
+from engine.ops.compile import check_cuda, f32, i32, kernel, launch, ptr
 
 SRC = "norm/fused.cu"
 SILU_THREADS = 256
@@ -31,11 +31,12 @@ def _rows_ok(t: torch.Tensor) -> bool:
 def _weight(op: str, w: torch.Tensor, d: int) -> str:
     """The W_BF16 template argument for a norm weight, after checking it."""
     check_cuda(f"{op} weight", w)
-    require(
-        w.dtype in (torch.bfloat16, torch.float32) and w.numel() == d and w.is_contiguous(),
-        f"{op}: weight must be a contiguous [{d}] bf16/fp32 tensor, got {tuple(w.shape)} {w.dtype}",
-    )
-    require(w.data_ptr() % 16 == 0, f"{op}: weight must be 16-byte aligned")
+    if not (w.dtype in (torch.bfloat16, torch.float32) and w.numel() == d and w.is_contiguous()):
+        raise ValueError(
+            f"{op}: weight must be a contiguous [{d}] bf16/fp32 tensor, got {tuple(w.shape)} {w.dtype}"
+        )
+    if w.data_ptr() % 16 != 0:
+        raise ValueError(f"{op}: weight must be 16-byte aligned")
     return "true" if w.dtype == torch.bfloat16 else "false"
 
 
@@ -43,10 +44,12 @@ def norm_shape(d: int) -> tuple[int, int, int]:
     """(VPT, TPR, ROWS) of add_rms_norm_kernel for a row of d values: TPR threads per row, VPT 16-byte
     vectors per thread, ROWS rows per 128-thread CTA when a row needs at most one warp. Wide rows
     (the hidden size) take one CTA of up to 512 threads so a decode step's few rows still spread out."""
-    require(d % 8 == 0 and d > 0, f"add_rms_norm: the row size must be a multiple of 8, got {d}")
+    if not (d % 8 == 0 and d > 0):
+        raise ValueError(f"add_rms_norm: the row size must be a multiple of 8, got {d}")
     vec = d // 8
     if vec <= 32:
-        require(vec & (vec - 1) == 0, f"add_rms_norm: a row of {d} (< 256) must be 8 x a power of two")
+        if vec & (vec - 1) != 0:
+            raise ValueError(f"add_rms_norm: a row of {d} (< 256) must be 8 x a power of two")
         return 1, vec, 128 // vec
     for vpt in range(1, 9):
         if vec % vpt == 0 and (vec // vpt) % 32 == 0 and vec // vpt <= 512:
@@ -64,9 +67,12 @@ def add_rms_norm(
     n, d = x.shape
     if residual is not None:
         check_cuda(f"{op} residual", residual, torch.bfloat16, dim=2)
-        require(residual.shape == x.shape, f"{op}: residual {tuple(residual.shape)} != x {tuple(x.shape)}")
-        require(_rows_ok(residual), f"{op}: residual rows must be contiguous and 16-byte aligned")
-    require(_rows_ok(x), f"{op}: x rows must be contiguous and 16-byte aligned")
+        if residual.shape != x.shape:
+            raise ValueError(f"{op}: residual {tuple(residual.shape)} != x {tuple(x.shape)}")
+        if not _rows_ok(residual):
+            raise ValueError(f"{op}: residual rows must be contiguous and 16-byte aligned")
+    if not _rows_ok(x):
+        raise ValueError(f"{op}: x rows must be contiguous and 16-byte aligned")
     wb = _weight(op, weight, d)
     vpt, tpr, rows = norm_shape(d)
     y = torch.empty((n, d), dtype=x.dtype, device=x.device)
@@ -101,9 +107,11 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     op = "silu_mul"
     check_cuda(f"{op} gu", gu, torch.bfloat16, dim=2)
     n, two_i = gu.shape
-    require(two_i % 2 == 0, f"{op}: gu's last dim must be even (gate | up), got {two_i}")
+    if two_i % 2 != 0:
+        raise ValueError(f"{op}: gu's last dim must be even (gate | up), got {two_i}")
     inter = two_i // 2
-    require(gu.stride(1) == 1, f"{op}: gu rows must be contiguous")
+    if gu.stride(1) != 1:
+        raise ValueError(f"{op}: gu rows must be contiguous")
     out = torch.empty((n, inter), dtype=gu.dtype, device=gu.device)
     if n == 0 or inter == 0:
         return out
@@ -148,28 +156,28 @@ def qk_norm_rope_kv(
     t, h, d2 = qg.shape
     d = d2 // 2
     hkv = k.shape[1]
-    require(
-        k.shape == (t, hkv, d) and v.shape == (t, hkv, d),
-        f"{op}: k {tuple(k.shape)} and v {tuple(v.shape)} must both be [{t}, Hkv, {d}]",
-    )
-    require(d % 8 == 0 and d // 8 <= 32 and (d // 8) & (d // 8 - 1) == 0, f"{op}: head dim {d} not compiled")
-    require(
-        rotary_dim % 2 == 0 and 0 < rotary_dim <= d, f"{op}: rotary_dim {rotary_dim} must be even, <= {d}"
-    )
+    if not (k.shape == (t, hkv, d) and v.shape == (t, hkv, d)):
+        raise ValueError(f"{op}: k {tuple(k.shape)} and v {tuple(v.shape)} must both be [{t}, Hkv, {d}]")
+    if not (d % 8 == 0 and d // 8 <= 32 and (d // 8) & (d // 8 - 1) == 0):
+        raise ValueError(f"{op}: head dim {d} not compiled")
+    if not (rotary_dim % 2 == 0 and 0 < rotary_dim <= d):
+        raise ValueError(f"{op}: rotary_dim {rotary_dim} must be even, <= {d}")
     for name, x in (("qg", qg), ("k", k), ("v", v)):
-        require(_heads_ok(x), f"{op}: {name} heads must be contiguous and 16-byte aligned")
+        if not _heads_ok(x):
+            raise ValueError(f"{op}: {name} heads must be contiguous and 16-byte aligned")
     for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
         check_cuda(f"{op} {name}", c, torch.bfloat16, dim=4)
-        require(
-            c.shape[2:] == (hkv, d) and c.is_contiguous(),
-            f"{op}: {name} must be a contiguous [NB, bs, {hkv}, {d}] tensor, got {tuple(c.shape)}",
-        )
-    require(k_cache.shape == v_cache.shape, f"{op}: k_cache and v_cache shapes differ")
+        if not (c.shape[2:] == (hkv, d) and c.is_contiguous()):
+            raise ValueError(
+                f"{op}: {name} must be a contiguous [NB, bs, {hkv}, {d}] tensor, got {tuple(c.shape)}"
+            )
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"{op}: k_cache and v_cache shapes differ")
     wb = _weight(op, q_norm, d)
-    require(_weight(op, k_norm, d) == wb, f"{op}: q_norm and k_norm must share a dtype")
-    require(
-        positions.shape == (t,) and slot_mapping.shape == (t,), f"{op}: positions/slot_mapping must be [{t}]"
-    )
+    if _weight(op, k_norm, d) != wb:
+        raise ValueError(f"{op}: q_norm and k_norm must share a dtype")
+    if not (positions.shape == (t,) and slot_mapping.shape == (t,)):
+        raise ValueError(f"{op}: positions/slot_mapping must be [{t}]")
     pos = positions.to(torch.int64).contiguous()  # no copy for the model's int64 tensors
     slots = slot_mapping.to(torch.int64).contiguous()
     inv_freq = _inv_freq(rotary_dim, float(theta), qg.device)  # the reference's fp32 table, cached
