@@ -6,6 +6,9 @@ test_model_gpu.py."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -192,3 +195,45 @@ def test_tensorcore_prefill_in_the_model_as_accurate(tmp_path):
     a, b = generate(old, prompts, 16), generate(tc, prompts, 16)
     same = sum(x == y for x, y in zip(a, b, strict=True))
     report(test="tensorcore_prefill_model", rel_errs=errs, greedy_identical=same, of=len(prompts))
+
+
+_NO_LIVE_BUILDS = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+    from engine.generate import generate
+    from engine.ops.compile import STATS
+    from engine.worker.model_runner import ModelRunner
+
+    mc = ModelConfig(model=sys.argv[1], dtype="bfloat16", device="cuda", load_format="dummy")
+    cfg = EngineConfig(
+        model=mc,
+        cache=CacheConfig(num_gpu_blocks_override=256),
+        scheduler=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=128),
+    )
+    runner = ModelRunner(cfg)
+    at_ready = len(STATS.names)
+    # chunked prefills of 1..8 sequences, mixed steps (decodes + a chunk), then decodes
+    prompts = [[(3 * i + 7 * j) % 400 for j in range(9 + 23 * i)] for i in range(8)]
+    generate(runner, prompts, 12, token_budget=96)
+    generate(runner, prompts[:3], 6, token_budget=128)
+    print(json.dumps({"at_ready": at_ready, "live": STATS.names[at_ready:]}))
+    """
+)
+
+
+def test_no_kernel_is_built_after_start_up(tmp_path):
+    """The start-up warm-up (engine/worker/warmup.py) builds every kernel variant serving steps use:
+    in a fresh process (the per-process kernel cache empty), serving mixed, chunked and decode steps
+    afterwards builds none."""
+    d = _small_ckpt(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run(
+        [sys.executable, "-c", _NO_LIVE_BUILDS, str(d)], capture_output=True, text=True, timeout=600, cwd=root
+    )
+    assert p.returncode == 0, p.stderr[-4000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["at_ready"] > 0, "the kernels were built at start-up"
+    assert r["live"] == [], f"built while serving: {r['live']}"
+    report(test="no_live_builds", at_ready=r["at_ready"])

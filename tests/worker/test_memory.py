@@ -176,4 +176,7 @@ def test_4b_serves_w1_shaped_traffic_under_16gib(tmp_path: Path):
     assert split.total == 16 * GIB
     assert abs(split.used - r["used_at_start"]) <= 0.01 * r["used_at_start"]
     assert split.weights == 4_205_751_296 * 2
+    parts = split.as_dict()
+    assert all(v >= 0 for v in parts.values()), f"a negative part in the split: {parts}"
+    assert split.cuda_graphs > 0, "the decode graphs were captured, so their pool is in the split"
     assert r["peak"] <= 16 * GIB, f"peak {r['peak'] / GIB:.2f} GiB over the 16 GiB budget"
