@@ -148,6 +148,10 @@ class DecodeGraphs:
         key = (self.batch_buckets[-1], self.block_buckets[-1])
         if self.max_kv_tokens is not None and key[0] * key[1] * self.block_size > self.max_kv_tokens:
             key = (self.batch_buckets[-1], self.block_buckets[0])
+        self.capture(key)
+
+    def capture(self, key: tuple[int, int]) -> None:
+        """Capture the bucket ``key`` now, unless it already is."""
         if key not in self.graphs:
             self.graphs[key] = self._capture(*key)
 
@@ -166,8 +170,7 @@ class DecodeGraphs:
         while serving."""
         t0 = time.perf_counter()
         for key in self.keys():
-            if key not in self.graphs:
-                self.graphs[key] = self._capture(*key)
+            self.capture(key)
         log.info(
             "captured %d decode graphs (batch %s x KV blocks %s) in %.1f s",
             len(self.graphs),

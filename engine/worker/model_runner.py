@@ -4,8 +4,8 @@
 on the host (no device sync), runs it and samples on device. Pool sizes are decided here, once
 (engine/worker/memory.py says how the device budget is spent and accounted): state slots =
 ``max_num_seqs + 1`` (slot 0 reserved) or as many as the budget holds, KV blocks from the override,
-from ``--kv-cache-memory`` or from what the budget leaves after a profile forward at the full token
-budget and the largest decode graph.
+from ``--kv-cache-memory`` or from what the budget leaves after the warm-up steps (engine/worker/warmup.py)
+and the decode graphs, both measured on a small profile pool.
 """
 
 from __future__ import annotations
@@ -116,6 +116,8 @@ class ModelRunner:
         self._peak = 0
         self.memory: MemorySplit | None = None
         self.graphs: DecodeGraphs | None = None
+        self._graph_plan = 0  # device bytes the memory plan reserved for the decode graphs
+        self.graph_bytes = 0  # what capturing them took (device-wide, measured at start-up)
         use_graphs = self.device.type == "cuda" and not mc.enforce_eager
         max_blocks = math.ceil(self.max_model_len / self.block_size)
         if self.device.type == "cuda":
@@ -136,11 +138,19 @@ class ModelRunner:
         )
         self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids)
         if use_graphs:
+            before = self._settled_use()  # measured as the plan's probe was: the logits buffer included
             self.graphs = DecodeGraphs(self.model, self.cache, self.num_state_slots - 1, max_blocks, self.pdl)
             if mc.cuda_graph_capture == "startup":
                 self.graphs.capture_all()
             else:
                 self.graphs.capture_largest()
+            self.graph_bytes = self._settled_use() - before
+            log.info(
+                "decode graphs: %d captured, %.0f MiB on the device (the memory plan reserved %.0f MiB)",
+                len(self.graphs.graphs),
+                self.graph_bytes / 2**20,
+                self._graph_plan / 2**20,
+            )
         kv_tokens = (self.num_kv_blocks - 1) * self.block_size
         if kv_tokens < self.max_model_len:
             # A request longer than the pool could never finish: refuse it at admission instead.
@@ -215,11 +225,9 @@ class ModelRunner:
             self.device
         )
         graph_bytes = 0
-        if use_graphs:  # the largest decode graph on the probe pool measures the graph pool
-            probe = DecodeGraphs(self.model, self.cache, sc.max_num_seqs, max_blocks, self.pdl)
-            probe.capture_largest()
-            graph_bytes = probe.reserved_bytes + probe.logits.numel() * 4
-            del probe
+        if use_graphs:
+            every = self.model_config.cuda_graph_capture == "startup"
+            graph_bytes = self._graph_plan = self._probe_graphs(sc.max_num_seqs, max_blocks, every)
         del self.cache
         torch.cuda.empty_cache()
         used = self._used()
@@ -254,6 +262,29 @@ class ModelRunner:
         if blocks < 1:
             raise RuntimeError(f"not enough device memory for the KV cache under the budget {gib(budget)}")
         return slots + 1, blocks + 1
+
+    def _settled_use(self) -> int:
+        """Device memory in use once queued work is done and torch's free cached blocks are released."""
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        return self._used()
+
+    def _probe_graphs(self, max_seqs: int, max_blocks: int, every: bool) -> int:
+        """Device bytes the decode graphs will hold, measured on the profile pool: the graphs the
+        server captures at start-up (``every``: all of them; lazy: the largest) captured here and
+        released again, counted device-wide (the shared logits buffer, the graph pool, each graph's
+        static inputs, the driver's executable graphs). A probe of the largest graph alone, plus a
+        mid-size one per further bucket, under-counted by 40-200 MiB (session 17 run 8); counting the
+        capture's growth instead of what release frees over-counted by 150 MiB (run 9)."""
+        probe = DecodeGraphs(self.model, self.cache, max_seqs, max_blocks, self.pdl)
+        for key in probe.keys() if every else []:
+            probe.capture(key)
+        probe.capture_largest()
+        held = self._settled_use()
+        del probe
+        # what releasing them frees: first-use costs that stay (the capture stream's cuBLAS
+        # workspace, loaded modules) are already in the plan's reading of the memory in use
+        return max(0, held - self._settled_use())
 
     def _measure(self) -> MemorySplit:
         torch.cuda.synchronize(self.device)

@@ -149,7 +149,8 @@ _SCRIPT = textwrap.dedent(
     outs = generate(runner, prompts, 32, token_budget=2048)
     print(json.dumps({"split": runner.memory.as_dict(), "used_at_start": used_at_start,
                       "peak": runner.device_memory()[1], "counts": [len(o) for o in outs],
-                      "slots": runner.num_state_slots - 1, "blocks": runner.num_kv_blocks - 1}))
+                      "slots": runner.num_state_slots - 1, "blocks": runner.num_kv_blocks - 1,
+                      "graphs": runner.graph_bytes, "graph_plan": runner._graph_plan}))
     """
 )
 
@@ -176,6 +177,11 @@ def test_4b_serves_w1_shaped_traffic_under_16gib(tmp_path: Path):
     assert split.total == 16 * GIB
     assert abs(split.used - r["used_at_start"]) <= 0.01 * r["used_at_start"]
     assert split.weights == 4_205_751_296 * 2
+    # every decode graph is captured at start-up; the plan reserved what they took (a mid-size
+    # probe capture per bucket), so the process starts inside --gpu-memory-utilization
+    assert 0 < r["graphs"] <= r["graph_plan"] + 16 * MIB, (r["graphs"], r["graph_plan"])
+    start = r["used_at_start"] / GIB
+    assert start <= 0.9 * 16, f"start-up {start:.3f} GiB over the 0.9 x 16 GiB budget"
     parts = split.as_dict()
     assert all(v >= 0 for v in parts.values()), f"a negative part in the split: {parts}"
     assert split.cuda_graphs > 0, "the decode graphs were captured, so their pool is in the split"
