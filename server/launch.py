@@ -28,6 +28,9 @@ DRAIN_TIMEOUT_S = 30.0
 """How long SIGTERM waits for in-flight requests before closing anyway."""
 ENGINE_DEAD_GRACE_S = 5.0
 """After the engine dies, how long failed requests get to deliver their errors before the exit."""
+ENGINE_DEAD_MIN_S = 1.0
+"""...and the least time the dead server keeps answering /ready (503) first, so a readiness probe
+or load balancer polling about once a second sees it go unready rather than only a refused connection."""
 EXIT_ENGINE_DEAD = 1
 """Exit status once the engine died: non-zero so that a supervisor (docker, systemd, k8s) restarts us."""
 EXIT_PORT_BUSY = 2
@@ -83,11 +86,13 @@ class DrainingServer(uvicorn.Server):
             await asyncio.sleep(poll_s)
         self.engine_died = True
         self.state.draining = True
+        died = time.monotonic()
         logger.error("engine died; exiting so that a supervisor restarts the server")
         try:
             await asyncio.wait_for(self.state.idle.wait(), ENGINE_DEAD_GRACE_S)
         except TimeoutError:
             pass
+        await asyncio.sleep(max(0.0, died + ENGINE_DEAD_MIN_S - time.monotonic()))
         self.should_exit = True
 
 
