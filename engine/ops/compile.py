@@ -260,6 +260,9 @@ def f32(x: float) -> object:
 
 
 def require(cond: bool, msg: str) -> None:
+    """For checks off the per-launch path: ``msg`` is built before the call, so on a path that runs
+    for every launch an f-string with shapes or devices costs its formatting even when the check
+    passes; write ``if not cond: raise ValueError(f"...")`` there."""
     if not cond:
         raise ValueError(msg)
 
