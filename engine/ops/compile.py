@@ -51,10 +51,9 @@ SLOW_COMPILE_S = 0.2
 
 @dataclass
 class CompileStats:
-    """This process's RawModule builds: how many, how long, and the names of those slow enough to have
-    been real NVRTC compiles rather than loads from CuPy's disk cache."""
+    """This process's RawModule builds: every one by name, their total time, and those slow enough to
+    have been real NVRTC compiles rather than loads from CuPy's disk cache."""
 
-    modules: int = 0
     seconds: float = 0.0
     names: list[str] = field(default_factory=list)  # every build, "file:instantiation", in order
     slow: list[str] = field(default_factory=list)
@@ -172,7 +171,6 @@ def module(filename: str, names: tuple[str, ...]):
     )
     mod.compile()
     dt = time.perf_counter() - t0
-    STATS.modules += 1
     STATS.seconds += dt
     STATS.names.append(f"{filename}:{','.join(names)}")
     if dt >= SLOW_COMPILE_S:
@@ -207,16 +205,18 @@ _STREAMS: dict[int, _Stream] = {}
 _FUNCTIONS: dict[int, tuple[object, object]] = {}
 
 
-def _raw_stream() -> int:
-    """torch's current stream on the current device, as the driver handle. ``torch.cuda.current_stream()``
-    builds a Python stream object and resolves the device on every call (~10 us, once per launch);
-    the private accessor returns the handle itself."""
+@functools.cache
+def _stream_getter():
+    """A callable giving torch's current stream on the current device as the driver handle.
+    ``torch.cuda.current_stream()`` builds a Python stream object and resolves the device on every
+    call (~10 us, once per launch); the private accessor returns the handle itself."""
     import torch
 
     get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if get is None:  # a torch without it: the public, slower path
-        return int(torch.cuda.current_stream().cuda_stream)
-    return int(get(torch._C._cuda_getDevice()))
+        return lambda: int(torch.cuda.current_stream().cuda_stream)
+    device = torch._C._cuda_getDevice
+    return lambda: int(get(device()))
 
 
 def _function(fn):
@@ -236,7 +236,7 @@ def launch(
     ``pdl``: the kernel waits (``cuda/common/pdl.cuh``) before it reads what earlier kernels wrote, so
     inside :func:`engine.ops.launch_ex.programmatic_launches` on sm_90+ it is launched with
     programmatic stream serialization (it may start while the kernel before it finishes)."""
-    stream = _raw_stream()
+    stream = _stream_getter()()
     if pdl and launch_ex.active() and device_cc() >= 90:
         launch_ex.launch_pdl(fn, grid, block, args, shared_mem, stream)
         return

@@ -172,13 +172,12 @@ class ModelRunner:
         if self.device.type == "cuda":
             self.memory = self._measure()
             log.info("%s", self.memory.log_line(self.cache_config.mamba_ssm_cache_dtype))
-            stats = KERNEL_BUILDS
             log.info(
                 "kernels: %d modules built in %.1f s, %d of them over %.1f s each (NVRTC compiles; a load "
                 "from CuPy's disk cache takes milliseconds)",
-                stats.modules,
-                stats.seconds,
-                len(stats.slow),
+                len(KERNEL_BUILDS.names),
+                KERNEL_BUILDS.seconds,
+                len(KERNEL_BUILDS.slow),
                 SLOW_COMPILE_S,
             )
 
@@ -277,9 +276,11 @@ class ModelRunner:
         mid-size one per further bucket, under-counted by 40-200 MiB (session 17 run 8); counting the
         capture's growth instead of what release frees over-counted by 150 MiB (run 9)."""
         probe = DecodeGraphs(self.model, self.cache, max_seqs, max_blocks, self.pdl)
-        for key in probe.keys() if every else []:
-            probe.capture(key)
-        probe.capture_largest()
+        if every:
+            for key in probe.keys():
+                probe.capture(key)
+        else:
+            probe.capture_largest()
         held = self._settled_use()
         del probe
         # what releasing them frees: first-use costs that stay (the capture stream's cuBLAS
