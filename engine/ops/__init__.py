@@ -11,8 +11,9 @@ NB KV blocks of ``bs`` tokens. Pools (conv state, recurrent state, KV) are updat
 
 Reference signatures (every backend implements exactly these):
 
-linear(x [M, K], w [N, K]) -> [M, N]
-    F.linear without bias, in x.dtype (every projection and the lm_head go through it).
+linear(x [M, K], w [N, K], out=None) -> [M, N]
+    F.linear without bias, in x.dtype (every projection and the lm_head go through it); with ``out``
+    [M, N] the same GEMM written into it (torch.mm), as a piecewise graph's static buffers need.
 rms_norm(x [N, D], weight [D], eps) -> [N, D]
     Zero-centred RMSNorm: fp32 compute, scale (1 + w), cast to x.dtype after the multiply.
 gated_rms_norm(x [N, dv], z [N, dv], weight [dv], eps) -> [N, dv]

@@ -56,9 +56,9 @@ class MLP(nn.Module):
         self.gate_up = _param(2 * cfg.intermediate_size, cfg.hidden_size, dtype=dtype)
         self.down = _param(cfg.hidden_size, cfg.intermediate_size, dtype=dtype)
 
-    def forward(self, x: torch.Tensor, ops: Ops) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
         gu = ops.linear(x, self.gate_up)  # [T, 2I]
-        return ops.linear(ops.silu_mul(gu), self.down)
+        return ops.linear(ops.silu_mul(gu), self.down, out=out)
 
 
 class GatedDeltaNet(nn.Module):
@@ -83,8 +83,28 @@ class GatedDeltaNet(nn.Module):
         ssm_state: torch.Tensor,  # [S, Nv, dk, dv] fp32 or bf16 (--mamba-ssm-cache-dtype)
         ops: Ops,
     ) -> torch.Tensor:
+        return self.output(self.core(self.project(x, ops), meta, conv_state, ssm_state, ops), ops)
+
+    def project(self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The fused input projection, qkv | z | b | a: [T, hidden] -> [T, C + Nv*dv + 2 Nv]."""
+        return ops.linear(x, self.in_proj, out=out)
+
+    def output(self, y: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
+        return ops.linear(y, self.out_proj, out=out)
+
+    def core(
+        self,
+        proj: torch.Tensor,  # [T, C + Nv*dv + 2 Nv], project()'s output
+        meta: GDNMeta,
+        conv_state: torch.Tensor,
+        ssm_state: torch.Tensor,
+        ops: Ops,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Everything between the two projections (the varlen part: conv, gates, delta rule, gated
+        norm) -> [T, Nv*dv]; written into ``out`` when given (a piecewise graph's static input)."""
         cfg = self.cfg
-        qkv, z, b, a = torch.split(ops.linear(x, self.in_proj), self.splits, dim=-1)
+        qkv, z, b, a = torch.split(proj, self.splits, dim=-1)
         nd = meta.num_decodes
         if nd == 0 or ops.gdn_decode is None:
             y = self._mixed(qkv, z, b, a, nd, meta, conv_state, ssm_state, ops)
@@ -105,10 +125,10 @@ class GatedDeltaNet(nn.Module):
                 meta.decode_slots,
                 cfg.linear_num_key_heads,
             )
-            if nd < x.shape[0]:
+            if nd < proj.shape[0]:
                 rest = self._mixed(qkv[nd:], z[nd:], b[nd:], a[nd:], 0, meta, conv_state, ssm_state, ops)
-                y = torch.cat([y, rest])
-        return ops.linear(y, self.out_proj)
+                return torch.cat([y, rest]) if out is None else torch.cat([y, rest], out=out)
+        return y if out is None else out.copy_(y)
 
     def _mixed(
         self,
@@ -194,10 +214,30 @@ class GatedAttention(nn.Module):
         v_cache: torch.Tensor,
         ops: Ops,
     ) -> torch.Tensor:
+        return self.output(self.core(self.project(x, ops), fb, k_cache, v_cache, ops), ops)
+
+    def project(self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The fused input projection, per-head [query | gate] | k | v: [T, hidden] -> [T, 2HD + 2 Hkv D]."""
+        return ops.linear(x, self.qkv_proj, out=out)
+
+    def output(self, o: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
+        return ops.linear(o, self.o_proj, out=out)
+
+    def core(
+        self,
+        proj: torch.Tensor,  # [T, 2HD + 2 Hkv D], project()'s output
+        fb: ForwardBatch,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        ops: Ops,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """q/k norm, RoPE, the KV write and the gated attention -> [T, H*D] (o_proj's input); written
+        into ``out`` when given (a piecewise graph's static input)."""
         cfg = self.cfg
-        t = x.shape[0]
+        t = proj.shape[0]
         h, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        qg, k, v = torch.split(ops.linear(x, self.qkv_proj), self.splits, dim=-1)
+        qg, k, v = torch.split(proj, self.splits, dim=-1)
         qg = qg.reshape(t, h, 2 * d)
         gate = qg[..., d:]
         q = ops.qk_norm_rope_kv(
@@ -227,4 +267,5 @@ class GatedAttention(nn.Module):
             fb.max_seq_len,
             gate=gate,
         )  # [T, H, D], already multiplied by sigmoid(gate)
-        return ops.linear(o.reshape(t, h * d), self.o_proj)
+        o = o.reshape(t, h * d)
+        return o if out is None else out.copy_(o)

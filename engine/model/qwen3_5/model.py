@@ -63,9 +63,7 @@ class Qwen35Model(nn.Module):
         """Returns fp32 logits ``[len(fb.logits_indices), vocab]`` for the sampled positions: the last
         residual add and the final norm run on those rows only, fused into one op."""
         x, h = self._decoder(fb, cache)
-        rows, eps = fb.logits_indices, self.cfg.rms_norm_eps
-        y, _ = self.ops.add_rms_norm(x[rows], None if h is None else h[rows], self.norm, eps)
-        return self.ops.linear(y, self.lm_head).float()
+        return self.logits(x, h, fb.logits_indices)
 
     @torch.inference_mode()
     def compute_logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -82,24 +80,63 @@ class Qwen35Model(nn.Module):
 
     def _decoder(self, fb: ForwardBatch, cache: ModelCache) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The decoder layers -> (the last MLP's output x, the residual stream h before its add)."""
-        ops, eps = self.ops, self.cfg.rms_norm_eps
-        # each norm folds in the residual add before it, so the last add is left to the caller
-        x = F.embedding(fb.input_ids, self.embed_tokens)  # [T, hidden]
+        x = self.embed(fb.input_ids)  # [T, hidden]
         h: torch.Tensor | None = None
         meta = GDNMeta.from_batch(fb)
-        layer: DecoderLayer
-        for i, layer in enumerate(self.layers):  # type: ignore[assignment]
-            y, h = ops.add_rms_norm(x, h, layer.input_norm, eps)
-            mixer = layer.mixer
-            if isinstance(mixer, GatedDeltaNet):
-                j = self._linear_idx[i]
-                x = mixer(y, meta, cache.conv_state[j], cache.ssm_state[j], ops)
-            else:
-                j = self._full_idx[i]
-                x = mixer(y, fb, cache.k_cache[j], cache.v_cache[j], ops)
-            y, h = ops.add_rms_norm(x, h, layer.post_norm, eps)
-            x = layer.mlp(y, ops)
+        for i in range(len(self.layers)):
+            p, h = self.layer_in(i, x, h)
+            c = self.layer_core(i, p, fb, meta, cache)
+            x, h = self.layer_out(i, c, h)
         return x, h
+
+    # The decoder split at its varlen ops, for the piecewise graphs (engine/worker/piecewise.py):
+    # layer_in and layer_out are per-token dense work a graph captured at a padded token count can
+    # replay; layer_core reads the batch's sequence layout and runs eagerly. Each norm folds in the
+    # residual add before it, so the last add is left to logits().
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, self.embed_tokens)
+
+    def layer_in(
+        self, i: int, x: torch.Tensor, h: torch.Tensor | None, out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer i's residual add, input norm and mixer input projection -> (projection, residual)."""
+        layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
+        y, h = self.ops.add_rms_norm(x, h, layer.input_norm, self.cfg.rms_norm_eps)
+        return layer.mixer.project(y, self.ops, out=out), h
+
+    def layer_core(
+        self,
+        i: int,
+        proj: torch.Tensor,
+        fb: ForwardBatch,
+        meta: GDNMeta,
+        cache: ModelCache,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Layer i's mixer between its projections (GDN conv/gates/delta rule, or attention)."""
+        layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
+        mixer = layer.mixer
+        if isinstance(mixer, GatedDeltaNet):
+            j = self._linear_idx[i]
+            return mixer.core(proj, meta, cache.conv_state[j], cache.ssm_state[j], self.ops, out=out)
+        j = self._full_idx[i]
+        return mixer.core(proj, fb, cache.k_cache[j], cache.v_cache[j], self.ops, out=out)
+
+    def layer_out(
+        self, i: int, c: torch.Tensor, h: torch.Tensor, out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer i's mixer output projection, residual add, post norm and MLP -> (MLP output, residual)."""
+        layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
+        x = layer.mixer.output(c, self.ops)
+        y, h = self.ops.add_rms_norm(x, h, layer.post_norm, self.cfg.rms_norm_eps)
+        return layer.mlp(y, self.ops, out=out), h
+
+    def logits(self, x: torch.Tensor, h: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
+        """fp32 logits of ``rows``: the last residual add and the final norm on those rows alone."""
+        eps = self.cfg.rms_norm_eps
+        y, _ = self.ops.add_rms_norm(x[rows], None if h is None else h[rows], self.norm, eps)
+        return self.ops.linear(y, self.lm_head).float()
 
     def cache_spec(self) -> CacheSpec:
         return cache_spec(self.cfg)

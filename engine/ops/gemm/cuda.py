@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.ops.compile import device_cc, i32, kernel, launch, ptr, tuning_row
+from engine.ops.gemm import reference
 
 SRC = "gemm/skinny.cu"
 TABLE = "SKINNY_TABLE"
@@ -116,9 +117,12 @@ def _launch(x: torch.Tensor, w: torch.Tensor, plan: Plan) -> torch.Tensor:
     return y
 
 
-def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def linear(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``Ops.linear``: x [M, K] @ w [N, K]^T -> [M, N] in x.dtype; the skinny kernel where it applies,
-    ``F.linear`` elsewhere (more rows, other dtypes, strided or misaligned inputs, the CPU)."""
+    ``F.linear`` elsewhere (more rows, other dtypes, strided or misaligned inputs, the CPU). With
+    ``out`` (a piecewise graph's static buffer) it is the reference's ``torch.mm`` into it."""
+    if out is not None:
+        return reference.linear(x, w, out=out)
     if why_not(x, w) is not None:
         return F.linear(x, w)
     return _launch(x, w, plan_for(x, w))

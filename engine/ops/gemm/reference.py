@@ -8,6 +8,10 @@ import torch
 import torch.nn.functional as F
 
 
-def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [M, K] @ w [N, K]^T -> [M, N] in x.dtype (no bias)."""
-    return F.linear(x, w)
+def linear(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] @ w [N, K]^T -> [M, N] in x.dtype (no bias); into ``out`` [M, N] when given.
+    F.linear of a 2-D input without bias is ``torch.mm(x, w.t())``, the same GEMM the ``out`` form
+    calls (F.linear takes no ``out``)."""
+    if out is None:
+        return F.linear(x, w)
+    return torch.mm(x, w.t(), out=out)
