@@ -19,10 +19,11 @@ HOT_PATH_EVIDENCE = "docs/bench-evidence/2026-12-01-gpu-hot-path.md"
 GEMM_EVIDENCE = "docs/bench-evidence/2026-12-01-skinny-gemm.md"
 ASYNC_EVIDENCE = "docs/bench-evidence/2026-12-01-async-scheduling.md"
 PDL_EVIDENCE = "docs/bench-evidence/2026-12-01-pdl.md"
+PIECEWISE_EVIDENCE = "docs/bench-evidence/2026-12-01-piecewise.md"
 
 
-# the "op" of an arm that changes how the decode graphs launch kernels rather than an op's kernel
-LAUNCH_MODE = "decode graphs"
+# the "op" of an arm that changes how steps launch kernels (CUDA graphs) rather than an op's kernel
+LAUNCH_MODE = "graphs"
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,15 @@ ARM_LIST = (
         "programmatic dependent launch in captured decode graphs (skinny GEMM, fused norms, attention, K4)",
         True,
         PDL_EVIDENCE,
+    ),
+    # A launch mode too: mixed and prefill steps replay their per-token dense work from graphs captured
+    # per token bucket and run only the varlen ops eagerly (engine/worker/piecewise.py).
+    Arm(
+        "graphs.piecewise",
+        LAUNCH_MODE,
+        "piecewise CUDA graphs for mixed and prefill steps (dense parts per token bucket, varlen ops eager)",
+        False,
+        PIECEWISE_EVIDENCE,
     ),
 )
 ARMS: dict[str, Arm] = {a.name: a for a in ARM_LIST}

@@ -206,7 +206,10 @@ _NO_LIVE_BUILDS = textwrap.dedent(
     from engine.ops.compile import STATS
     from engine.worker.model_runner import ModelRunner
 
-    mc = ModelConfig(model=sys.argv[1], dtype="bfloat16", device="cuda", load_format="dummy")
+    arms = tuple(sys.argv[2].split(",")) if sys.argv[2] else ()
+    mc = ModelConfig(
+        model=sys.argv[1], dtype="bfloat16", device="cuda", load_format="dummy", kernel_arms=arms
+    )
     cfg = EngineConfig(
         model=mc,
         cache=CacheConfig(num_gpu_blocks_override=256),
@@ -223,17 +226,25 @@ _NO_LIVE_BUILDS = textwrap.dedent(
 )
 
 
-def test_no_kernel_is_built_after_start_up(tmp_path):
+@pytest.mark.parametrize("piecewise", [False, True], ids=["default", "piecewise"])
+def test_no_kernel_is_built_after_start_up(tmp_path, piecewise):
     """The start-up warm-up (engine/worker/warmup.py) builds every kernel variant serving steps use:
     in a fresh process (the per-process kernel cache empty), serving mixed, chunked and decode steps
-    afterwards builds none."""
+    afterwards builds none (with the default arms, and with the piecewise graphs on)."""
+    from engine.ops.arms import DEFAULT_ARMS
+
     d = _small_ckpt(tmp_path)
     root = Path(__file__).resolve().parents[2]
+    arms = ",".join(sorted(DEFAULT_ARMS | {"graphs.piecewise"})) if piecewise else ""
     p = subprocess.run(
-        [sys.executable, "-c", _NO_LIVE_BUILDS, str(d)], capture_output=True, text=True, timeout=600, cwd=root
+        [sys.executable, "-c", _NO_LIVE_BUILDS, str(d), arms],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=root,
     )
     assert p.returncode == 0, p.stderr[-4000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r["at_ready"] > 0, "the kernels were built at start-up"
     assert r["live"] == [], f"built while serving: {r['live']}"
-    report(test="no_live_builds", at_ready=r["at_ready"])
+    report(test="no_live_builds", at_ready=r["at_ready"], piecewise=piecewise)

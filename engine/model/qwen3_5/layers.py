@@ -66,7 +66,7 @@ class GatedDeltaNet(nn.Module):
         super().__init__()
         self.cfg = cfg
         nv = cfg.linear_num_value_heads
-        self.splits = [cfg.conv_dim, cfg.value_dim, nv, nv]  # qkv | z | b | a
+        self.splits = self.split_sizes(cfg)
         self.in_proj = _param(sum(self.splits), cfg.hidden_size, dtype=dtype)
         self.conv_weight = _param(cfg.conv_dim, cfg.linear_conv_kernel_dim, dtype=dtype)
         # HF has no keep-in-fp32 modules, so A_log and the norm weight live in the model dtype.
@@ -74,6 +74,12 @@ class GatedDeltaNet(nn.Module):
         self.dt_bias = _param(nv, dtype=dtype)
         self.norm_weight = _param(cfg.linear_value_head_dim, dtype=dtype)
         self.out_proj = _param(cfg.hidden_size, cfg.value_dim, dtype=dtype)
+
+    @staticmethod
+    def split_sizes(cfg: Qwen35Config) -> list[int]:
+        """The fused input projection's parts: qkv | z | b | a."""
+        nv = cfg.linear_num_value_heads
+        return [cfg.conv_dim, cfg.value_dim, nv, nv]
 
     def forward(
         self,
@@ -198,13 +204,19 @@ class GatedAttention(nn.Module):
     def __init__(self, cfg: Qwen35Config, dtype: torch.dtype):
         super().__init__()
         self.cfg = cfg
-        h, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.splits = [2 * h * d, hkv * d, hkv * d]  # per-head [query | gate] interleaved | k | v
+        h, d = cfg.num_attention_heads, cfg.head_dim
+        self.splits = self.split_sizes(cfg)
         self.qkv_proj = _param(sum(self.splits), cfg.hidden_size, dtype=dtype)
         self.q_norm = _param(d, dtype=dtype)
         self.k_norm = _param(d, dtype=dtype)
         self.o_proj = _param(cfg.hidden_size, h * d, dtype=dtype)
         self.scale = d**-0.5
+
+    @staticmethod
+    def split_sizes(cfg: Qwen35Config) -> list[int]:
+        """The fused input projection's parts: per-head [query | gate] interleaved | k | v."""
+        h, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        return [2 * h * d, hkv * d, hkv * d]
 
     def forward(
         self,

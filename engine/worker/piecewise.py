@@ -1,0 +1,190 @@
+"""Mixed and prefill steps replayed piecewise: per-token dense work from CUDA graphs, varlen ops eager.
+
+A decode graph (engine/worker/cuda_graphs.py) holds a whole step, which works because every decode
+row looks alike. A step with prefill chunks does not: its conv, delta rule and attention launches
+depend on how many sequences it holds and how long each is. Everything else in a layer (the
+projections, residual adds, norms and the MLP) works row by row and depends only on the token count.
+So, as vLLM's piecewise graphs do, the decoder is cut at its varlen ops (``Qwen35Model.layer_core``):
+
+    piece 0:  embed, layer 0's input norm and projection
+    piece k:  layer k-1's output projection, post norm and MLP, layer k's input norm and projection
+    piece L:  the last layer's output projection, post norm and MLP
+
+Each piece is captured once per token bucket; a step of ``T`` tokens runs in the smallest bucket
+``Tb >= T``: the pieces replay over ``Tb`` rows (the rows past ``T`` compute on stale values and
+nothing reads them: every op in a piece is per row), and between them the layer cores run eagerly
+on the first ``T`` rows with the step's own ForwardBatch. The pieces read and write only static
+buffers (token ids, the residual stream, each layer's projection and core output) that live for the
+whole server; they never touch the KV or state pools, so graphs captured on the profile pool keep
+serving after it is replaced by the real pools.
+
+Why: an eager mixed step of the 4B model issues ~1,000 launches from Python, ~18 ms of host time
+against ~29 ms on the device, so any slowdown of the host's CPU lands on the step
+(docs/bench-evidence/2026-12-01-host-path.md). Piecewise, a step issues L + 1 replays and the layer
+cores' ~8 launches per layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+
+import torch
+
+from engine.model.cache import ModelCache
+from engine.model.forward_batch import ForwardBatch
+from engine.model.qwen3_5.layers import GatedAttention, GatedDeltaNet, GDNMeta
+from engine.model.qwen3_5.model import Qwen35Model
+from engine.ops.launch_ex import programmatic_launches
+
+log = logging.getLogger(__name__)
+
+SMALL_BUCKETS = (16, 32, 64, 128, 256)
+STRIDE = 128  # buckets above 256 tokens are 128 apart: at most 127 padded rows, 6% of a 2,048-token step
+
+
+def token_buckets(max_tokens: int) -> tuple[int, ...]:
+    """Token counts to capture at: 16 to 256 doubling, then every 128, ending with ``max_tokens``
+    (--max-num-batched-tokens, the most a step holds)."""
+    if max_tokens < 1:
+        raise ValueError(f"piecewise graphs need max_tokens >= 1, got {max_tokens}")
+    steps = [*SMALL_BUCKETS, *range(SMALL_BUCKETS[-1] + STRIDE, max_tokens, STRIDE)]
+    return (*(b for b in steps if b < max_tokens), max_tokens)
+
+
+class PiecewiseGraphs:
+    """The static buffers and, per token bucket, the ``L + 1`` captured pieces of one model.
+
+    ``capture=False`` builds the buffers alone and :meth:`run` executes the pieces eagerly on them
+    (the CPU, and the oracle a replay is compared with bit for bit)."""
+
+    def __init__(
+        self,
+        model: Qwen35Model,
+        max_tokens: int,
+        device: torch.device,
+        *,
+        capture: bool = True,
+        pdl: bool = False,
+    ):
+        self.model = model
+        self.num_layers = len(model.layers)
+        self.buckets = token_buckets(max_tokens)
+        self.capturing = capture
+        self.pdl = pdl
+        tmax, dt = self.buckets[-1], model.dtype
+        cfg = model.cfg
+        # each layer's projection width (the fused input projection) and core width (out_proj's input)
+        linear = set(cfg.linear_layers)
+        attn_width = cfg.num_attention_heads * cfg.head_dim
+        self.proj_width = [
+            sum(GatedDeltaNet.split_sizes(cfg) if i in linear else GatedAttention.split_sizes(cfg))
+            for i in range(self.num_layers)
+        ]
+        self.core_width = [cfg.value_dim if i in linear else attn_width for i in range(self.num_layers)]
+
+        def zeros(*shape: int, dtype: torch.dtype = dt) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        self.ids = zeros(tmax, dtype=torch.int64)  # padded rows keep valid token ids (0 or stale)
+        self.h = zeros(tmax, cfg.hidden_size)  # the residual stream between pieces
+        self.x = zeros(tmax, cfg.hidden_size)  # the last MLP's output
+        self._proj = zeros(tmax * max(self.proj_width))
+        self._core = zeros(tmax * max(self.core_width))
+        self.graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
+        self.pool = torch.cuda.graph_pool_handle() if capture else None
+
+    def bucket(self, num_tokens: int) -> int | None:
+        return next((b for b in self.buckets if b >= num_tokens), None)
+
+    def proj(self, i: int, tb: int) -> torch.Tensor:
+        """Layer i's projection output at bucket ``tb``: [tb, width], contiguous."""
+        w = self.proj_width[i]
+        return self._proj[: tb * w].view(tb, w)
+
+    def core(self, i: int, tb: int) -> torch.Tensor:
+        w = self.core_width[i]
+        return self._core[: tb * w].view(tb, w)
+
+    def piece(self, k: int, tb: int) -> None:
+        """Piece k over ``tb`` rows of the static buffers (what a graph of bucket ``tb`` captures)."""
+        m = self.model
+        last = k == self.num_layers
+        h: torch.Tensor | None = None
+        if k == 0:
+            x = m.embed(self.ids[:tb])
+        else:
+            x, h = m.layer_out(k - 1, self.core(k - 1, tb), self.h[:tb], out=self.x[:tb] if last else None)
+        if not last:
+            _, h = m.layer_in(k, x, h, out=self.proj(k, tb))
+        assert h is not None
+        self.h[:tb].copy_(h)
+
+    @torch.inference_mode()
+    def run(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
+        """The step's fp32 logits ``[len(fb.logits_indices), vocab]``, as ``model(fb, cache)`` computes
+        them, through the pieces of the smallest bucket that holds the step."""
+        t = fb.num_tokens
+        tb = self.bucket(t)
+        if tb is None:
+            raise ValueError(f"a step of {t} tokens is beyond the largest bucket, {self.buckets[-1]}")
+        graphs = self.graphs.get(tb) if self.capturing else None
+        if self.capturing and graphs is None:
+            graphs = self.capture(tb)
+        self.ids[:t].copy_(fb.input_ids)
+        meta = GDNMeta.from_batch(fb)
+        m = self.model
+        for k in range(self.num_layers + 1):
+            if graphs is None:
+                self.piece(k, tb)
+            else:
+                graphs[k].replay()
+            if k < self.num_layers:
+                m.layer_core(k, self.proj(k, tb)[:t], fb, meta, cache, out=self.core(k, tb)[:t])
+        return m.logits(self.x[:t], self.h[:t], fb.logits_indices)
+
+    def _launches(self) -> contextlib.AbstractContextManager[None]:
+        return programmatic_launches() if self.pdl else contextlib.nullcontext()
+
+    def capture(self, tb: int) -> list[torch.cuda.CUDAGraph]:
+        """Capture bucket ``tb``'s pieces now (unless they are), after one eager pass over them on the
+        capture stream (kernel builds, cuBLAS's workspace for that stream)."""
+        from engine.worker.cuda_graphs import capture_stream
+
+        done = self.graphs.get(tb)
+        if done is not None:
+            return done
+        side = capture_stream(self.ids.device)
+        side.wait_stream(torch.cuda.current_stream())
+        graphs = []
+        with torch.cuda.stream(side), torch.inference_mode():
+            for k in range(self.num_layers + 1):
+                self.piece(k, tb)
+            for k in range(self.num_layers + 1):
+                g = torch.cuda.CUDAGraph()
+                # capture_begin directly: torch.cuda.graph() would gc.collect() and empty the
+                # allocator's cache before each of the hundreds of pieces
+                g.capture_begin(pool=self.pool)
+                try:
+                    with self._launches():
+                        self.piece(k, tb)
+                finally:
+                    g.capture_end()
+                graphs.append(g)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graphs[tb] = graphs
+        return graphs
+
+    def capture_all(self) -> None:
+        """Every bucket, largest first (the smaller ones reuse its pool memory)."""
+        t0 = time.perf_counter()
+        for tb in reversed(self.buckets):
+            self.capture(tb)
+        log.info(
+            "captured %d piecewise graphs (%d pieces x token buckets %s) in %.1f s",
+            sum(len(g) for g in self.graphs.values()),
+            self.num_layers + 1,
+            list(self.buckets),
+            time.perf_counter() - t0,
+        )

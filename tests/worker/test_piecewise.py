@@ -1,0 +1,93 @@
+"""The piecewise step (engine/worker/piecewise.py) without a GPU: its pieces, run eagerly over padded
+static buffers, compute the plain forward's step (logits and every pool), whatever the padded rows
+hold. The captured graphs are compared with these eager pieces bit for bit in
+tests/model/test_small_model_gpu.py."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from engine.config import EngineConfig, ModelConfig
+from engine.model.cache import ModelCache
+from engine.model.forward_batch import ForwardBatch, SeqSpec
+from engine.worker.model_runner import ModelRunner
+from engine.worker.piecewise import PiecewiseGraphs, token_buckets
+from engine.worker.resolve import resolve_model
+
+
+@pytest.mark.parametrize("max_tokens", [1, 15, 16, 17, 256, 300, 2048, 8192])
+def test_buckets_cover_every_token_count_up_to_the_budget(max_tokens):
+    buckets = token_buckets(max_tokens)
+    assert list(buckets) == sorted(set(buckets)) and buckets[-1] == max_tokens
+    gaps = [b - a for a, b in zip((0, *buckets), buckets, strict=False)]
+    assert max(gaps) <= 128  # no step pads more than 127 rows
+
+
+def test_bad_budget_is_refused():
+    with pytest.raises(ValueError, match="max_tokens >= 1"):
+        token_buckets(0)
+
+
+def _pools(cache: ModelCache) -> list[torch.Tensor]:
+    return cache.k_cache + cache.v_cache + cache.conv_state + cache.ssm_state
+
+
+def _mixed_step(vocab: int, bs: int) -> tuple[list[SeqSpec], list[SeqSpec]]:
+    """A prefill of four sequences, then a mixed step: three decodes, one continuing chunk, one new
+    prompt (token ids from numpy's generator: the same on every CPU)."""
+    rng = np.random.default_rng(7)
+    lens = [5, 17, 9, 40]
+    tables = [list(range(1 + 4 * i, 5 + 4 * i)) for i in range(5)]  # 4 blocks each, room for 64 tokens
+
+    def ids(n: int) -> list[int]:
+        return rng.integers(0, vocab, n).tolist()
+
+    first = [SeqSpec(ids(n), 0, tables[i], i + 1, sample=i < 3) for i, n in enumerate(lens)]
+    second = [SeqSpec(ids(1), lens[i], tables[i], i + 1) for i in range(3)]
+    second += [SeqSpec(ids(11), lens[3], tables[3], 4), SeqSpec(ids(23), 0, tables[4], 5)]
+    return first, second
+
+
+def test_pieces_equal_the_plain_forward_whatever_the_padding_holds():
+    runner = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
+    model, bs = runner.model, runner.block_size
+    first, second = _mixed_step(runner.vocab_size, bs)
+    cache = ModelCache.allocate(runner.cache_spec, 24, bs, 6, runner.dtype, runner.device)
+    model(ForwardBatch.build(first, bs, runner.device), cache)
+    fb = ForwardBatch.build(second, bs, runner.device)
+    assert fb.num_decodes == 3 and fb.num_tokens == 37
+
+    plain_cache = copy.deepcopy(cache)
+    want = model(fb, plain_cache)
+
+    pw = PiecewiseGraphs(model, 64, runner.device, capture=False)
+    assert pw.bucket(fb.num_tokens) == 64  # 27 padded rows
+    runs = []
+    for fill in (0.0, float("nan")):  # the padded rows hold zeros, then NaN
+        for buf in (pw.h, pw.x, pw._proj, pw._core):
+            buf.fill_(fill)
+        step_cache = copy.deepcopy(cache)
+        runs.append((pw.run(fb, step_cache), step_cache))
+    for logits, step_cache in runs:
+        assert logits.shape == want.shape and torch.isfinite(logits).all()
+        torch.testing.assert_close(logits, want, rtol=1e-5, atol=1e-5)
+        for got, ref in zip(_pools(step_cache), _pools(plain_cache), strict=True):
+            torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    # what the padded rows held changed nothing, bit for bit
+    assert torch.equal(runs[0][0], runs[1][0])
+    for a, b in zip(_pools(runs[0][1]), _pools(runs[1][1]), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_step_beyond_the_largest_bucket_is_refused():
+    runner = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
+    bs = runner.block_size
+    cache = ModelCache.allocate(runner.cache_spec, 8, bs, 2, runner.dtype, runner.device)
+    pw = PiecewiseGraphs(runner.model, 16, runner.device, capture=False)
+    fb = ForwardBatch.build([SeqSpec([1] * 17, 0, [1, 2], 1)], bs, runner.device)
+    with pytest.raises(ValueError, match="beyond the largest bucket, 16"):
+        pw.run(fb, cache)
