@@ -6,7 +6,7 @@
 # Usage: deploy/ab-arms.sh CKPT_4B W1_JSONL OUT_DIR "ARMS_A" "ARMS_B" [PAIRS] [extra serve flags...]
 #   ARMS_*  space-separated arm names for --kernel-arms ("" = the defaults), e.g. "conv.chunk8 conv.k4 conv.vec4"
 #   PAIRS   alternated A/B pairs before the A/A pair (default 2)
-# Env: PY (default python3), PORT_A/PORT_B (8001/8002).
+# Env: PY (default python3), PORT_A/PORT_B (8001/8002), CONCURRENCY (default 32, W1's; 1 for W2).
 # Output: OUT_DIR/ab.json (per-metric B/A ratios and the A/A band), run-*.json, server logs, and
 # peak-memory.txt: each server's peak device-memory gauge after all its runs. The servers persist
 # across runs, so loadgen leaves their (cumulative) peak out of ab.json's ratios; the gauge is
@@ -17,6 +17,7 @@ shift $(($# < 6 ? $# : 6))
 PY=${PY:-python3}
 PORT_A=${PORT_A:-8001}
 PORT_B=${PORT_B:-8002}
+CONCURRENCY=${CONCURRENCY:-32}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 
@@ -49,7 +50,7 @@ if ! wait_health "$PORT_A" 400 "$a" || ! wait_health "$PORT_B" 400 "$b"; then
 fi
 echo "A: --kernel-arms ${arms_a:-(defaults)}   B: --kernel-arms ${arms_b:-(defaults)}" | tee "$out/arms.txt"
 "$PY" -m loadgen ab --a-url "http://127.0.0.1:$PORT_A" --b-url "http://127.0.0.1:$PORT_B" --pairs "$pairs" \
-    --dataset "$w1" --concurrency 32 --num-warmups 2 --no-progress --out-dir "$out" 2>"$out/ab.log" \
+    --dataset "$w1" --concurrency "$CONCURRENCY" --num-warmups 2 --no-progress --out-dir "$out" 2>"$out/ab.log" \
     | tee "$out/ab-table.txt"
 rc=${PIPESTATUS[0]}
 for arm in A B; do

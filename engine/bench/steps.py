@@ -129,11 +129,11 @@ def print_host_profile(name: str, runner: ModelRunner, seqs: list[ScheduledSeq],
         pending.result()
     syncs = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message)]
     print(f"{name}: {len(syncs)} synchronising torch calls in one launch {syncs[:3]}")
-    buf = io.StringIO()
-    stats = pstats.Stats(prof, stream=buf).sort_stats("tottime")
-    stats.print_stats(top)
-    print(f"{name}: host profile of {reps} launches (tottime order)")
-    print("\n".join(line for line in buf.getvalue().splitlines() if line.strip())[:6000])
+    for order in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(order).print_stats(top)
+        print(f"{name}: host profile of {reps} launches ({order} order)")
+        print("\n".join(line for line in buf.getvalue().splitlines() if line.strip())[:6000])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--host-profile", type=int, default=0, help="cProfile the launches: the N costliest host functions"
     )
+    ap.add_argument("--steps", nargs="*", default=[], help="only the step kinds starting with these words")
     a = ap.parse_args(argv)
     mc = ModelConfig(model=a.model, load_format=a.load_format, kernel_arms=tuple(a.kernel_arms))
     per_seq = math.ceil((CTX + 1100) / 32)
@@ -158,6 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     steps = Steps(runner, np.random.default_rng(0))
     rows = []
     for name, seqs in steps.kinds().items():
+        if a.steps and not any(name.startswith(w) for w in a.steps):
+            continue
         for _ in range(3):
             runner.execute_model(seqs)
         walls = []

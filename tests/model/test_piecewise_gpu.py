@@ -21,6 +21,7 @@ from tests.worker.test_piecewise import _mixed_step, _pools  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 ARMS = tuple(sorted(DEFAULT_ARMS | {"graphs.piecewise"}))
+WITHOUT = tuple(sorted(DEFAULT_ARMS - {"graphs.piecewise"}))
 
 
 def test_replay_bit_equal_to_eager_pieces_and_close_to_the_plain_forward(tmp_path):
@@ -64,7 +65,7 @@ def test_serving_steps_take_the_piecewise_path(tmp_path, monkeypatch):
     pytest.importorskip("cupy")
     d = _small_ckpt(tmp_path)
     r = _small_runner(d, "bfloat16", "cuda", eager=False, arms=ARMS, capture="startup")
-    plain = _small_runner(d, "bfloat16", "cuda", eager=False, arms=tuple(sorted(DEFAULT_ARMS)))
+    plain = _small_runner(d, "bfloat16", "cuda", eager=False, arms=WITHOUT)
     assert r.piecewise is not None and plain.piecewise is None
     calls = {"piecewise": 0}
     run = r.piecewise.run

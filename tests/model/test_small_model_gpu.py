@@ -226,16 +226,17 @@ _NO_LIVE_BUILDS = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("piecewise", [False, True], ids=["default", "piecewise"])
+@pytest.mark.parametrize("piecewise", [False, True], ids=["eager-prefill", "piecewise"])
 def test_no_kernel_is_built_after_start_up(tmp_path, piecewise):
     """The start-up warm-up (engine/worker/warmup.py) builds every kernel variant serving steps use:
     in a fresh process (the per-process kernel cache empty), serving mixed, chunked and decode steps
-    afterwards builds none (with the default arms, and with the piecewise graphs on)."""
+    afterwards builds none (with the piecewise graphs, a default arm, and without them)."""
     from engine.ops.arms import DEFAULT_ARMS
 
     d = _small_ckpt(tmp_path)
     root = Path(__file__).resolve().parents[2]
-    arms = ",".join(sorted(DEFAULT_ARMS | {"graphs.piecewise"})) if piecewise else ""
+    pw = {"graphs.piecewise"}
+    arms = ",".join(sorted(DEFAULT_ARMS | pw if piecewise else DEFAULT_ARMS - pw))
     p = subprocess.run(
         [sys.executable, "-c", _NO_LIVE_BUILDS, str(d), arms],
         capture_output=True,
