@@ -14,9 +14,10 @@ kernels from Python (docs/bench-evidence/2026-11-29-model-server-w1.md); a repla
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +49,22 @@ def capture_stream(device: torch.device) -> torch.cuda.Stream:
     if s is None:
         s = _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
     return s
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Collect garbage now, then keep Python's collector off until the captures inside are done.
+    A collection that runs mid-capture can destroy an unreachable CUDA graph (a runner or probe
+    left in a reference cycle), and a graph destroyed while a stream captures invalidates that
+    capture (cudaErrorStreamCaptureInvalidated, seen with two runners in one test process)."""
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _bucket(x: int, buckets: Sequence[int]) -> int | None:
@@ -169,8 +186,9 @@ class DecodeGraphs:
         """Capture every bucket now (``--cuda-graph-capture startup``), so no step waits for a capture
         while serving."""
         t0 = time.perf_counter()
-        for key in self.keys():
-            self.capture(key)
+        with no_gc():
+            for key in self.keys():
+                self.capture(key)
         log.info(
             "captured %d decode graphs (batch %s x KV blocks %s) in %.1f s",
             len(self.graphs),
@@ -212,6 +230,10 @@ class DecodeGraphs:
         return programmatic_launches() if self.pdl else contextlib.nullcontext()
 
     def _capture(self, batch: int, blocks: int) -> _Graph:
+        with no_gc():
+            return self._capture_now(batch, blocks)
+
+    def _capture_now(self, batch: int, blocks: int) -> _Graph:
         fb = self._static_batch(batch, blocks)
         # Warm up on the capture stream first (kernel compilation, cuBLAS workspaces, cached tables);
         # the static inputs all point at null block 0 and state slot 0, so this touches no live state.

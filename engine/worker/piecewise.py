@@ -37,6 +37,7 @@ from engine.model.forward_batch import ForwardBatch
 from engine.model.qwen3_5.layers import GatedAttention, GatedDeltaNet, GDNMeta
 from engine.model.qwen3_5.model import Qwen35Model
 from engine.ops.launch_ex import programmatic_launches
+from engine.worker.cuda_graphs import capture_stream, no_gc
 
 log = logging.getLogger(__name__)
 
@@ -150,15 +151,13 @@ class PiecewiseGraphs:
     def capture(self, tb: int) -> list[torch.cuda.CUDAGraph]:
         """Capture bucket ``tb``'s pieces now (unless they are), after one eager pass over them on the
         capture stream (kernel builds, cuBLAS's workspace for that stream)."""
-        from engine.worker.cuda_graphs import capture_stream
-
         done = self.graphs.get(tb)
         if done is not None:
             return done
         side = capture_stream(self.ids.device)
         side.wait_stream(torch.cuda.current_stream())
         graphs = []
-        with torch.cuda.stream(side), torch.inference_mode():
+        with no_gc(), torch.cuda.stream(side), torch.inference_mode():
             for k in range(self.num_layers + 1):
                 self.piece(k, tb)
             for k in range(self.num_layers + 1):
@@ -179,8 +178,9 @@ class PiecewiseGraphs:
     def capture_all(self) -> None:
         """Every bucket, largest first (the smaller ones reuse its pool memory)."""
         t0 = time.perf_counter()
-        for tb in reversed(self.buckets):
-            self.capture(tb)
+        with no_gc():
+            for tb in reversed(self.buckets):
+                self.capture(tb)
         log.info(
             "captured %d piecewise graphs (%d pieces x token buckets %s) in %.1f s",
             sum(len(g) for g in self.graphs.values()),

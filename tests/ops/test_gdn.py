@@ -158,9 +158,12 @@ def test_bit_exact_vs_hf(n: int, nk: int, nv: int) -> None:
     init = pool[5].clone()
     slot = torch.tensor([5], dtype=torch.int32)
     out = chunk_gated_delta_rule(q, k, v, g, beta, pool, _qsl([n]), slot, torch.tensor([True]), n)
+    # HF's layer repeats the key heads before it calls the function (older versions of the function
+    # take equal head counts only), so it is given them repeated
+    rep = nv // nk
     ref, ref_state = m.torch_chunk_gated_delta_rule(
-        q[None],
-        k[None],
+        q.repeat_interleave(rep, dim=1)[None],
+        k.repeat_interleave(rep, dim=1)[None],
         v[None],
         g[None],
         beta[None],
@@ -178,8 +181,8 @@ def test_bit_exact_vs_hf(n: int, nk: int, nv: int) -> None:
     q, k, v, g, beta = _inputs(3, nk, nv, torch.float32, seed=13)
     out = recurrent_gated_delta_rule(q, k, v, g, beta, pool, slots)
     ref, ref_state = m.torch_recurrent_gated_delta_rule(
-        q[:, None],
-        k[:, None],
+        q.repeat_interleave(rep, dim=1)[:, None],
+        k.repeat_interleave(rep, dim=1)[:, None],
         v[:, None],
         g[:, None],
         beta[:, None],
