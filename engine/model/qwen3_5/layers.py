@@ -1,9 +1,11 @@
 """Qwen3.5 layers over a flat varlen token batch: gated DeltaNet, gated full attention, SwiGLU MLP.
 
-Projections that read the same input are fused into one weight at load time (GDN: qkv|z|b|a;
-attention: q+gate|k|v; MLP: gate|up) so each layer issues one GEMM per input. The loader knows
-the row offsets (``fused_shards``). Every op, the GEMMs included (``ops.linear``), goes through the
-``Ops`` table.
+Each mixer is ``project`` (its fused input projection), ``core`` (what lies between the projections:
+the varlen part) and ``output`` (its output projection); the model composes them, and the piecewise
+graphs capture the projections (engine/worker/piecewise.py). Projections that read the same input are
+fused into one weight at load time (GDN: qkv|z|b|a; attention: q+gate|k|v; MLP: gate|up), so each
+layer issues one GEMM per input. The loader knows the row offsets (``fused_shards``). Every op, the
+GEMMs included (``ops.linear``), goes through the ``Ops`` table.
 """
 
 from __future__ import annotations
@@ -80,16 +82,6 @@ class GatedDeltaNet(nn.Module):
         """The fused input projection's parts: qkv | z | b | a."""
         nv = cfg.linear_num_value_heads
         return [cfg.conv_dim, cfg.value_dim, nv, nv]
-
-    def forward(
-        self,
-        x: torch.Tensor,  # [T, hidden]
-        meta: GDNMeta,
-        conv_state: torch.Tensor,  # [S, C, K-1]
-        ssm_state: torch.Tensor,  # [S, Nv, dk, dv] fp32 or bf16 (--mamba-ssm-cache-dtype)
-        ops: Ops,
-    ) -> torch.Tensor:
-        return self.output(self.core(self.project(x, ops), meta, conv_state, ssm_state, ops), ops)
 
     def project(self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
         """The fused input projection, qkv | z | b | a: [T, hidden] -> [T, C + Nv*dv + 2 Nv]."""
@@ -217,16 +209,6 @@ class GatedAttention(nn.Module):
         """The fused input projection's parts: per-head [query | gate] interleaved | k | v."""
         h, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         return [2 * h * d, hkv * d, hkv * d]
-
-    def forward(
-        self,
-        x: torch.Tensor,  # [T, hidden]
-        fb: ForwardBatch,
-        k_cache: torch.Tensor,  # [NB, bs, Hkv, D]
-        v_cache: torch.Tensor,
-        ops: Ops,
-    ) -> torch.Tensor:
-        return self.output(self.core(self.project(x, ops), fb, k_cache, v_cache, ops), ops)
 
     def project(self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
         """The fused input projection, per-head [query | gate] | k | v: [T, hidden] -> [T, 2HD + 2 Hkv D]."""
