@@ -7,9 +7,11 @@ model and every op read their metadata from it. Sequences are ordered decodes fi
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -77,17 +79,12 @@ class ForwardBatch:
         """
         if not seqs:
             raise ValueError("ForwardBatch needs at least one sequence")
-        ids: list[int] = []
-        pos: list[int] = []
-        slots: list[int] = []
-        qsl = [0]
-        seq_lens: list[int] = []
-        computed: list[int] = []
-        logits_idx: list[int] = []
+        # Checks and per-sequence values in one pass over the sequences; the per-token arrays (ids,
+        # positions, KV slots) are built by numpy, since a 2,048-token step would cost the host a
+        # Python iteration per token.
+        lens: list[int] = []
         num_decodes = 0
         seen_prefill = False
-        max_blocks = max(len(s.block_ids) for s in seqs)
-        table = []
         for s in seqs:
             n = len(s.token_ids)
             if n == 0:
@@ -97,29 +94,35 @@ class ForwardBatch:
             total = s.num_computed + n
             if len(s.block_ids) * block_size < total:
                 raise ValueError(f"block table covers {len(s.block_ids) * block_size} tokens, need {total}")
-            is_decode = s.is_decode
-            if is_decode and not seen_prefill:
+            if s.is_decode and not seen_prefill:
                 num_decodes += 1
-            elif is_decode:
+            elif s.is_decode:
                 raise ValueError("decodes must come before prefills in a ForwardBatch")
             else:
                 seen_prefill = True
-            ids.extend(s.token_ids)
-            p0 = s.num_computed
-            pos.extend(range(p0, total))
-            for p in range(p0, total):
-                slots.append(s.block_ids[p // block_size] * block_size + p % block_size)
-            qsl.append(qsl[-1] + n)
-            if all_logits:
-                logits_idx.extend(range(qsl[-2], qsl[-1]))
-            elif s.sample:
-                logits_idx.append(qsl[-1] - 1)
-            seq_lens.append(total)
-            computed.append(s.num_computed)
-            table.append(list(s.block_ids) + [0] * (max_blocks - len(s.block_ids)))
+            lens.append(n)
+        computed = [s.num_computed for s in seqs]
+        seq_lens = [c + n for c, n in zip(computed, lens, strict=True)]
+        qsl = [0, *itertools.accumulate(lens)]
+        num_tokens = qsl[-1]
+        max_blocks = max(len(s.block_ids) for s in seqs)
+        table = np.zeros((len(seqs), max_blocks), dtype=np.int32)
+        for i, s in enumerate(seqs):
+            table[i, : len(s.block_ids)] = s.block_ids
+        ids = np.fromiter(itertools.chain.from_iterable(s.token_ids for s in seqs), np.int64, num_tokens)
+        row = np.repeat(np.arange(len(seqs)), lens)  # the sequence of each token
+        pos = np.arange(num_tokens, dtype=np.int64) + np.repeat(
+            np.asarray(computed, dtype=np.int64) - np.asarray(qsl[:-1], dtype=np.int64), lens
+        )
+        slots = table[row, pos // block_size].astype(np.int64) * block_size + pos % block_size
+        if all_logits:
+            logits_idx = list(range(num_tokens))
+        else:
+            logits_idx = [end - 1 for end, s in zip(qsl[1:], seqs, strict=True) if s.sample]
 
-        def t(x: list, dtype: torch.dtype) -> torch.Tensor:
-            return torch.tensor(x, dtype=dtype).to(device, non_blocking=True)
+        def t(x: list | np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+            host = torch.from_numpy(x) if isinstance(x, np.ndarray) else torch.tensor(x, dtype=dtype)
+            return host.to(device, dtype=dtype, non_blocking=True)
 
         return ForwardBatch(
             input_ids=t(ids, torch.int64),
@@ -133,7 +136,7 @@ class ForwardBatch:
             has_initial_state=t([s.num_computed > 0 for s in seqs], torch.bool),
             logits_indices=t(logits_idx, torch.int64),
             num_decodes=num_decodes,
-            max_query_len=max(len(s.token_ids) for s in seqs),
+            max_query_len=max(lens),
             max_seq_len=max(seq_lens),
             query_start_loc_cpu=tuple(qsl),
             seq_lens_cpu=tuple(seq_lens),
