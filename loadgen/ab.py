@@ -43,6 +43,18 @@ AB_METRICS = (
 )
 
 
+PER_RUN_METRICS = (
+    "duration",
+    "completed",
+    "output_throughput",
+    "mean_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_itl_ms",
+    "server_peak_memory_bytes",
+)
+
+
 def run_order(pairs: int) -> list[str]:
     """A B, B A, A B ... then one A/A pair: alternation cancels drift (thermal, caches) to first
     order, and the A/A pair measures the run-to-run noise at that time on that machine."""
@@ -201,6 +213,10 @@ def run_ab(
         "gpu_name": runs[0][1].get("gpu_name"),
         "runs": [f"run-{i:02d}-{arm}.json" for i, (arm, _) in enumerate(runs)],
         "failed": {f"run-{i:02d}-{arm}": r["failed"] for i, (arm, r) in enumerate(runs)},
+        # each run's own figures, so ab.json alone carries the absolute values behind the ratios
+        "per_run": {
+            f"run-{i:02d}-{arm}": {m: r.get(m) for m in PER_RUN_METRICS} for i, (arm, r) in enumerate(runs)
+        },
         "ratios": ratios,
         "not_compared": {} if a_cmd else {m: "servers persist across runs" for m in CUMULATIVE_METRICS},
     }

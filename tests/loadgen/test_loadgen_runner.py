@@ -239,7 +239,14 @@ def test_ab_with_urls(fake_server: FakeServer, tmp_path: Path) -> None:
     # persistent servers: their peak memory only grows, so it is not compared
     assert "server_peak_memory_bytes" not in s["ratios"]
     assert s["not_compared"] == {"server_peak_memory_bytes": "servers persist across runs"}
-    assert json.loads((tmp_path / "ab.json").read_text())["pairs"] == 1
+    saved = json.loads((tmp_path / "ab.json").read_text())
+    assert saved["pairs"] == 1
+    # each run's absolute figures are in ab.json too, equal to its own result file
+    assert list(saved["per_run"]) == [p.removesuffix(".json") for p in saved["runs"]]
+    for name, figures in saved["per_run"].items():
+        run = json.loads((tmp_path / f"{name}.json").read_text())
+        assert figures["duration"] == run["duration"] > 0
+        assert figures["mean_ttft_ms"] == run["mean_ttft_ms"] and figures["completed"] == 4
 
 
 FAKE_SERVER_SCRIPT = """
