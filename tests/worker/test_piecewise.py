@@ -1,6 +1,6 @@
 """The piecewise step (engine/worker/piecewise.py) without a GPU: its pieces, run eagerly over padded
 static buffers, compute the plain forward's step (logits and every pool), whatever the padded rows
-hold. The captured graphs are compared with these eager pieces bit for bit in
+hold, and a runner serving through them (async scheduling included) gives the plain runner's tokens. The captured graphs are compared with these eager pieces bit for bit in
 tests/model/test_small_model_gpu.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import EngineConfig, ModelConfig
+from engine.config import EngineConfig, ModelConfig, SchedulerConfig
 from engine.model.cache import ModelCache
 from engine.model.forward_batch import ForwardBatch, SeqSpec
 from engine.worker.model_runner import ModelRunner
@@ -91,3 +91,80 @@ def test_a_step_beyond_the_largest_bucket_is_refused():
     fb = ForwardBatch.build([SeqSpec([1] * 17, 0, [1, 2], 1)], bs, runner.device)
     with pytest.raises(ValueError, match="beyond the largest bucket, 16"):
         pw.run(fb, cache)
+
+
+def _serve(runner: ModelRunner) -> dict[str, list]:
+    """Eight requests of mixed sampling through the real EngineCore with async scheduling: chunked
+    prefills, mixed steps, decodes scheduled ahead (their input token read from the step before)."""
+    import msgspec
+
+    from engine.core.engine_core import EngineCore
+    from engine.messages import AddRequests, EngineRequest
+    from engine.sampling_params import SamplingParams
+
+    cfg = EngineConfig(
+        model=runner.model_config,
+        scheduler=SchedulerConfig(max_num_batched_tokens=48, max_num_seqs=8, async_scheduling=True),
+    )
+    core = EngineCore(cfg, runner)
+    kinds = [
+        SamplingParams(temperature=0.0, ignore_eos=True, logprobs=2),
+        SamplingParams(temperature=0.8, top_k=20, seed=5, ignore_eos=True),
+    ]
+    rng = np.random.default_rng(3)
+    reqs = [
+        EngineRequest(
+            f"{i}",
+            rng.integers(0, runner.vocab_size, 5 + 7 * i).tolist(),
+            msgspec.structs.replace(kinds[i % 2], max_tokens=4 + 3 * i),
+        )
+        for i in range(8)
+    ]
+    core.add_requests(AddRequests(reqs))
+    outs: dict[str, list] = {r.request_id: [] for r in reqs}
+    while core.has_work():
+        for o in core.step().outputs:
+            outs[o.request_id].append((o.new_token_ids, o.logprobs, o.finish_reason))
+    return outs
+
+
+def test_the_runner_serves_every_step_through_the_pieces(monkeypatch):
+    """On the CPU the runner takes the same piecewise path as on a GPU, with the pieces run eagerly:
+    every step (prefill, mixed, decode) goes through them and never through the plain forward, and
+    the tokens and logprobs equal the plain runner's."""
+    plain = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
+    want = _serve(plain)
+    runner = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
+    runner.piecewise = PiecewiseGraphs(runner.model, 48, runner.device, capture=False)
+    steps = {"piecewise": 0}
+    run = runner.piecewise.run
+
+    def counted(fb, cache):
+        steps["piecewise"] += 1
+        return run(fb, cache)
+
+    monkeypatch.setattr(runner.piecewise, "run", counted)
+    monkeypatch.setattr(runner, "execute", lambda fb: pytest.fail("a step ran the plain forward"))
+    launch = runner.launch
+    ahead = {"steps": 0}
+
+    def counted_launch(seqs, prev=None):
+        ahead["steps"] += any(s.prev_row >= 0 for s in seqs)
+        return launch(seqs, prev)
+
+    monkeypatch.setattr(runner, "launch", counted_launch)
+    got = _serve(runner)
+    assert steps["piecewise"] >= 10
+    assert ahead["steps"] >= 3  # decodes scheduled ahead read their input token on the device
+    assert [[t for t, _, _ in v] for v in got.values()] == [[t for t, _, _ in v] for v in want.values()]
+    compared = 0
+    for a, b in zip(got.values(), want.values(), strict=True):
+        for (_, lp_a, fin_a), (_, lp_b, fin_b) in zip(a, b, strict=True):
+            assert fin_a == fin_b
+            if lp_b:
+                for x, y in zip(lp_a, lp_b, strict=True):
+                    compared += 1
+                    assert x.token_id == y.token_id and [t for t, _ in x.top] == [t for t, _ in y.top]
+                    assert abs(x.logprob - y.logprob) <= 1e-4
+                    np.testing.assert_allclose([v for _, v in x.top], [v for _, v in y.top], atol=1e-4)
+    assert compared >= 20  # the greedy requests' logprobs were compared
