@@ -1,6 +1,7 @@
 """The piecewise step (engine/worker/piecewise.py) without a GPU: its pieces, run eagerly over padded
 static buffers, compute the plain forward's step (logits and every pool), whatever the padded rows
-hold, and a runner serving through them (async scheduling included) gives the plain runner's tokens. The captured graphs are compared with these eager pieces bit for bit in
+hold, and a runner serving through them (async scheduling included) gives the plain runner's tokens.
+The captured graphs are compared with these eager pieces bit for bit in
 tests/model/test_piecewise_gpu.py."""
 
 from __future__ import annotations
