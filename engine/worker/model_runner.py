@@ -354,19 +354,24 @@ class ModelRunner:
         feed = self._feed(seqs, prev)
         scored: list = []
         scoring = wants_prompt_logprobs(seqs)
-        # The prompt's own hidden states are kept for scoring, so a scoring step runs eagerly.
+        # A scoring step keeps every prompt row's hidden state, so it is never a decode graph; it runs
+        # piecewise (or eagerly) like a prefill.
         key = self.graphs.bucket(seqs) if self.graphs is not None and not scoring else None
         if key is not None:
             logits = self.graphs.run(seqs, key, lambda ids: _patch(ids, feed))  # type: ignore[union-attr]
         else:
             fb = ForwardBatch.build(seqs, self.block_size, self.device)
             _patch(fb.input_ids, feed)
+            pw = self.piecewise
+            if pw is not None and pw.bucket(fb.num_tokens) is None:
+                pw = None  # beyond the largest bucket: eager
             if scoring:
-                hidden = self.model.hidden_states(fb, self.cache)
+                model = self.model if pw is None else pw
+                hidden = model.hidden_states(fb, self.cache)
                 logits = self.model.compute_logits(hidden[fb.logits_indices])
                 scored = prompt_logprobs(self.model.compute_logits, hidden, seqs, fb.query_start_loc_cpu)
-            elif self.piecewise is not None and self.piecewise.bucket(fb.num_tokens) is not None:
-                logits = self.piecewise.run(fb, self.cache)
+            elif pw is not None:
+                logits = pw.run(fb, self.cache)
             else:
                 logits = self.execute(fb)
         if not sampled:

@@ -126,6 +126,19 @@ class PiecewiseGraphs:
     def run(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
         """The step's fp32 logits ``[len(fb.logits_indices), vocab]``, as ``model(fb, cache)`` computes
         them, through the pieces of the smallest bucket that holds the step."""
+        x, h = self._decoder(fb, cache)
+        return self.model.logits(x, h, fb.logits_indices)
+
+    @torch.inference_mode()
+    def hidden_states(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
+        """Every token's last hidden state ``[T, hidden]``, as ``model.hidden_states`` gives it (a new
+        tensor: the static buffers are overwritten by the next step), for prompt scoring."""
+        x, h = self._decoder(fb, cache)
+        return h + x
+
+    def _decoder(self, fb: ForwardBatch, cache: ModelCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the step: pieces (replayed, or eager without capture) with the layer cores between them
+        -> views of the first ``T`` rows of the last MLP output and the residual stream."""
         t = fb.num_tokens
         tb = self.bucket(t)
         if tb is None:
@@ -143,7 +156,7 @@ class PiecewiseGraphs:
                 graphs[k].replay()
             if k < self.num_layers:
                 m.layer_core(k, self.proj(k, tb)[:t], fb, meta, cache, out=self.core(k, tb)[:t])
-        return m.logits(self.x[:t], self.h[:t], fb.logits_indices)
+        return self.x[:t], self.h[:t]
 
     def _launches(self) -> contextlib.AbstractContextManager[None]:
         return programmatic_launches() if self.pdl else contextlib.nullcontext()

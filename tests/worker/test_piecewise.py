@@ -111,13 +111,14 @@ def _serve(runner: ModelRunner) -> dict[str, list]:
     kinds = [
         SamplingParams(temperature=0.0, ignore_eos=True, logprobs=2),
         SamplingParams(temperature=0.8, top_k=20, seed=5, ignore_eos=True),
+        SamplingParams(temperature=0.0, ignore_eos=True, prompt_logprobs=3),  # a scoring step
     ]
     rng = np.random.default_rng(3)
     reqs = [
         EngineRequest(
             f"{i}",
             rng.integers(0, runner.vocab_size, 5 + 7 * i).tolist(),
-            msgspec.structs.replace(kinds[i % 2], max_tokens=4 + 3 * i),
+            msgspec.structs.replace(kinds[i % 3], max_tokens=4 + 3 * i),
         )
         for i in range(8)
     ]
@@ -125,27 +126,37 @@ def _serve(runner: ModelRunner) -> dict[str, list]:
     outs: dict[str, list] = {r.request_id: [] for r in reqs}
     while core.has_work():
         for o in core.step().outputs:
-            outs[o.request_id].append((o.new_token_ids, o.logprobs, o.finish_reason))
+            outs[o.request_id].append(
+                (o.new_token_ids, (o.logprobs or []) + (o.prompt_logprobs or []), o.finish_reason)
+            )
     return outs
 
 
 def test_the_runner_serves_every_step_through_the_pieces(monkeypatch):
     """On the CPU the runner takes the same piecewise path as on a GPU, with the pieces run eagerly:
-    every step (prefill, mixed, decode) goes through them and never through the plain forward, and
-    the tokens and logprobs equal the plain runner's."""
+    every step (prefill, mixed, decode, prompt scoring) goes through them and never through the
+    plain forward, and the tokens, logprobs and prompt logprobs equal the plain runner's."""
     plain = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
     want = _serve(plain)
     runner = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
     runner.piecewise = PiecewiseGraphs(runner.model, 48, runner.device, capture=False)
-    steps = {"piecewise": 0}
+    steps = {"piecewise": 0, "scoring": 0}
     run = runner.piecewise.run
+
+    hidden = runner.piecewise.hidden_states
 
     def counted(fb, cache):
         steps["piecewise"] += 1
         return run(fb, cache)
 
+    def scored(fb, cache):
+        steps["scoring"] += 1
+        return hidden(fb, cache)
+
     monkeypatch.setattr(runner.piecewise, "run", counted)
+    monkeypatch.setattr(runner.piecewise, "hidden_states", scored)
     monkeypatch.setattr(runner, "execute", lambda fb: pytest.fail("a step ran the plain forward"))
+    monkeypatch.setattr(runner.model, "hidden_states", lambda fb, c: pytest.fail("a plain scoring step"))
     launch = runner.launch
     ahead = {"steps": 0}
 
@@ -155,7 +166,7 @@ def test_the_runner_serves_every_step_through_the_pieces(monkeypatch):
 
     monkeypatch.setattr(runner, "launch", counted_launch)
     got = _serve(runner)
-    assert steps["piecewise"] >= 10
+    assert steps["piecewise"] >= 10 and steps["scoring"] >= 2
     assert ahead["steps"] >= 3  # decodes scheduled ahead read their input token on the device
     assert [[t for t, _, _ in v] for v in got.values()] == [[t for t, _, _ in v] for v in want.values()]
     compared = 0
@@ -166,6 +177,7 @@ def test_the_runner_serves_every_step_through_the_pieces(monkeypatch):
                 for x, y in zip(lp_a, lp_b, strict=True):
                     compared += 1
                     assert x.token_id == y.token_id and [t for t, _ in x.top] == [t for t, _ in y.top]
-                    assert abs(x.logprob - y.logprob) <= 1e-4
-                    np.testing.assert_allclose([v for _, v in x.top], [v for _, v in y.top], atol=1e-4)
-    assert compared >= 20  # the greedy requests' logprobs were compared
+                    # fp32 GEMMs over the padded bucket block differently on the CPU: up to ~2e-4 apart
+                    assert abs(x.logprob - y.logprob) <= 1e-3
+                    np.testing.assert_allclose([v for _, v in x.top], [v for _, v in y.top], atol=1e-3)
+    assert compared >= 40  # the greedy requests' logprobs and the prompts' were compared
