@@ -44,15 +44,21 @@ log = logging.getLogger(__name__)
 
 SMALL_BUCKETS = (16, 32, 64, 128, 256)
 STRIDE = 128  # buckets above 256 tokens are 128 apart: at most 127 padded rows, 6% of a 2,048-token step
+# Steps above this many tokens run eagerly. At 2,048 tokens the 4B's eager step already waits on the
+# device, not the host (W1's A/B: within noise), while every further bucket grows the static buffers
+# and the graph pool with the token count (the 4B's: ~136 KiB a token), which a 16 GB card needs for
+# KV and state slots.
+MAX_TOKENS = 2048
 
 
 def token_buckets(max_tokens: int) -> tuple[int, ...]:
     """Token counts to capture at: 16 to 256 doubling, then every 128, ending with ``max_tokens``
-    (--max-num-batched-tokens, the most a step holds)."""
+    (--max-num-batched-tokens, the most a step holds) or MAX_TOKENS, whichever is smaller."""
     if max_tokens < 1:
         raise ValueError(f"piecewise graphs need max_tokens >= 1, got {max_tokens}")
-    steps = [*SMALL_BUCKETS, *range(SMALL_BUCKETS[-1] + STRIDE, max_tokens, STRIDE)]
-    return (*(b for b in steps if b < max_tokens), max_tokens)
+    top = min(max_tokens, MAX_TOKENS)
+    steps = [*SMALL_BUCKETS, *range(SMALL_BUCKETS[-1] + STRIDE, top, STRIDE)]
+    return (*(b for b in steps if b < top), top)
 
 
 class PiecewiseGraphs:
