@@ -4,11 +4,14 @@
 # safetensors and jinja2 already (the CUDA images we target ship them); the server's web and IPC
 # stack is what it lacks, so that is what goes in, plus a wheel of deltaserve itself.
 #
-# Usage: deploy/build-wheelhouse.sh [OUT_DIR] [--with-deps]
+# Usage: deploy/build-wheelhouse.sh [OUT_DIR] [--with-deps] [--with-tests]
 #   OUT_DIR      where the wheels go (default: .whl in the repo root, which git ignores)
 #   --with-deps  let pip resolve dependencies too. The default is --no-deps: every wheel is named
 #                below with the exact version the project is tested with, so the set is fixed and
 #                holds one version of each package (two versions of one package break the install).
+#   --with-tests add the test runner (pytest, pytest-asyncio and theirs) at the versions CI uses, so
+#                the whole suite, `pytest -m gpu tests` included, runs on the offline host; without
+#                it only the test folders that need no pytest-asyncio run there.
 #
 # On the offline host:
 #   python3 -m pip install --no-index --no-deps --no-compile --target /tmp/site OUT_DIR/*.whl
@@ -19,10 +22,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 out="$repo/.whl"
 deps_flag="--no-deps"
+tests=""
 for arg in "$@"; do
     case "$arg" in
         --with-deps) deps_flag="" ;;
-        -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        --with-tests) tests=1 ;;
+        -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 0 ;;
         -*) echo "unknown option: $arg" >&2; exit 2 ;;
         *) out="$arg" ;;
     esac
@@ -54,6 +59,10 @@ packages=(
     certifi==2026.10.19.post1
     opentelemetry-api==1.45.2
 )
+if [ -n "$tests" ]; then
+    # the versions the development environment and CI run (pyproject's test extra gives the lower bounds)
+    packages+=(pytest==9.2.0 pytest-asyncio==1.5.0 pluggy==1.7.0 iniconfig==2.3.1 packaging==26.4 pygments==2.21.0)
+fi
 
 # pip matches each manylinux tag exactly, so list the usual ones (binary wheels name one of them).
 platforms=()

@@ -102,7 +102,7 @@ def test_build_wheelhouse_script_parses() -> None:
         out = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
         assert out.returncode == 0, out.stdout
     help_text = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True).stdout
-    assert "--with-deps" in help_text
+    assert "--with-deps" in help_text and "--with-tests" in help_text
 
 
 @pytest.mark.parametrize("name", ["gpu-acceptance.sh", "ab-arms.sh"])
