@@ -1,11 +1,12 @@
 """ModelRunner: owns the model, the memory pools and the sampler; runs one scheduled step.
 
 ``execute(batch) -> logits`` is the model call; ``execute_model(seqs)`` builds the ForwardBatch
-on the host (no device sync), runs it and samples on device. Pool sizes are decided here, once
-(engine/worker/memory.py says how the device budget is spent and accounted): state slots =
-``max_num_seqs + 1`` (slot 0 reserved) or as many as the budget holds, KV blocks from the override,
-from ``--kv-cache-memory`` or from what the budget leaves after the warm-up steps (engine/worker/warmup.py)
-and the decode graphs, both measured on a small profile pool.
+on the host (no device sync), runs it (a decode graph, the piecewise graphs or eagerly) and samples
+on device. Pool sizes are decided here, once (engine/worker/memory.py says how the device budget is
+spent and accounted): state slots = ``max_num_seqs + 1`` (slot 0 reserved) or as many as the budget
+holds, KV blocks from the override, from ``--kv-cache-memory`` or from what the budget leaves after
+the warm-up steps (engine/worker/warmup.py), the piecewise graphs (kept) and the decode graphs, all
+measured on a small profile pool.
 """
 
 from __future__ import annotations
