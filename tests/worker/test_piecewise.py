@@ -182,3 +182,26 @@ def test_the_runner_serves_every_step_through_the_pieces(monkeypatch):
                     assert abs(x.logprob - y.logprob) <= 1e-3
                     np.testing.assert_allclose([v for _, v in x.top], [v for _, v in y.top], atol=1e-3)
     assert compared >= 40  # the greedy requests' logprobs and the prompts' were compared
+
+
+def test_a_step_above_the_largest_bucket_runs_the_plain_forward(monkeypatch):
+    """Buckets stop at MAX_TOKENS: a longer step (a budget above 2,048 tokens) runs eagerly, and the
+    first bucket-sized step after it goes through the pieces again."""
+    from engine.sampling_params import SamplingParams
+    from engine.worker.step import ScheduledSeq
+
+    runner = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
+    runner.piecewise = PiecewiseGraphs(runner.model, 4096, runner.device, capture=False)
+    assert runner.piecewise.buckets[-1] == MAX_TOKENS
+    used = []
+    run, execute = runner.piecewise.run, runner.execute
+    monkeypatch.setattr(runner.piecewise, "run", lambda fb, c: used.append("pieces") or run(fb, c))
+    monkeypatch.setattr(runner, "execute", lambda fb: used.append("plain") or execute(fb))
+    greedy = SamplingParams(temperature=0.0)
+    bs = runner.block_size
+    for n in (MAX_TOKENS + 1, MAX_TOKENS):
+        blocks = list(range(1, 1 + -(-n // bs)))
+        runner.execute_model(
+            [ScheduledSeq(token_ids=[3] * n, num_computed=0, block_ids=blocks, state_slot=1, params=greedy)]
+        )
+    assert used == ["plain", "pieces"]
