@@ -82,3 +82,36 @@ def test_serving_steps_take_the_piecewise_path(tmp_path, monkeypatch):
     assert calls["piecewise"] >= 3
     same = sum(x == y for x, y in zip(a, b, strict=True))
     report(test="piecewise_serving", piecewise_steps=calls["piecewise"], identical=same, of=len(prompts))
+
+
+def test_prompt_scoring_through_the_pieces_matches_the_plain_forward(tmp_path, monkeypatch):
+    """Prompt-scoring steps read every row's hidden state from the pieces' static buffers
+    (PiecewiseGraphs.hidden_states): the prompt logprobs of requests served through EngineCore equal
+    those of a runner without the arm within bf16's reach, and the plain scoring path never runs."""
+    pytest.importorskip("cupy")
+    from tests.worker.test_piecewise import _serve
+
+    d = _small_ckpt(tmp_path)
+    r = _small_runner(d, "bfloat16", "cuda", eager=False, arms=ARMS, capture="startup")
+    plain = _small_runner(d, "bfloat16", "cuda", eager=False, arms=WITHOUT)
+    assert r.piecewise is not None
+    scored = {"n": 0}
+    hidden = r.piecewise.hidden_states
+
+    def counted(fb, cache):
+        scored["n"] += 1
+        return hidden(fb, cache)
+
+    monkeypatch.setattr(r.piecewise, "hidden_states", counted)
+    monkeypatch.setattr(r.model, "hidden_states", lambda fb, c: pytest.fail("a plain scoring step"))
+    got, want = _serve(r), _serve(plain)
+    assert scored["n"] >= 2
+    worst, compared = 0.0, 0
+    for rid in ("2", "5"):  # the requests that ask for prompt logprobs (every third)
+        first_a, first_b = got[rid][0][1], want[rid][0][1]  # the first output carries the prompt's
+        assert first_a and len(first_a) == len(first_b)
+        for x, y in zip(first_a, first_b, strict=True):
+            compared += 1
+            worst = max(worst, abs(x.logprob - y.logprob))
+    assert compared >= 10 and worst < 0.1, worst  # bf16 GEMMs over the padded bucket
+    report(test="piecewise_prompt_scoring", compared=compared, worst_abs_logprob=worst)
