@@ -53,7 +53,8 @@ def capture_stream(device: torch.device) -> torch.cuda.Stream:
 
 @contextlib.contextmanager
 def no_gc() -> Iterator[None]:
-    """Collect garbage now, then keep Python's collector off until the captures inside are done.
+    """Collect garbage now, then keep Python's collector off until the capture inside is done (used as
+    a decorator on each capture).
     A collection that runs mid-capture can destroy an unreachable CUDA graph (a runner or probe
     left in a reference cycle), and a graph destroyed while a stream captures invalidates that
     capture (cudaErrorStreamCaptureInvalidated, seen with two runners in one test process)."""
@@ -65,6 +66,11 @@ def no_gc() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+def graph_launches(pdl: bool) -> contextlib.AbstractContextManager[None]:
+    """How a capture launches kernels: programmatic launches with arm graphs.pdl, else as usual."""
+    return programmatic_launches() if pdl else contextlib.nullcontext()
 
 
 def _bucket(x: int, buckets: Sequence[int]) -> int | None:
@@ -186,9 +192,8 @@ class DecodeGraphs:
         """Capture every bucket now (``--cuda-graph-capture startup``), so no step waits for a capture
         while serving."""
         t0 = time.perf_counter()
-        with no_gc():
-            for key in self.keys():
-                self.capture(key)
+        for key in self.keys():
+            self.capture(key)
         log.info(
             "captured %d decode graphs (batch %s x KV blocks %s) in %.1f s",
             len(self.graphs),
@@ -226,14 +231,8 @@ class DecodeGraphs:
             block_size=self.block_size,
         )
 
-    def _launches(self) -> contextlib.AbstractContextManager[None]:
-        return programmatic_launches() if self.pdl else contextlib.nullcontext()
-
+    @no_gc()
     def _capture(self, batch: int, blocks: int) -> _Graph:
-        with no_gc():
-            return self._capture_now(batch, blocks)
-
-    def _capture_now(self, batch: int, blocks: int) -> _Graph:
         fb = self._static_batch(batch, blocks)
         # Warm up on the capture stream first (kernel compilation, cuBLAS workspaces, cached tables);
         # the static inputs all point at null block 0 and state slot 0, so this touches no live state.
@@ -245,7 +244,7 @@ class DecodeGraphs:
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         out = self.logits[:batch]
-        with torch.cuda.graph(graph, pool=self.pool, stream=side), self._launches():
+        with torch.cuda.graph(graph, pool=self.pool, stream=side), graph_launches(self.pdl):
             # read after torch.cuda.graph emptied the allocator's cache, so the delta is the graph
             # pool's growth alone (read before, the warm-up's freed transients counted against it:
             # 56 captures at start-up summed to -1.44 GiB)

@@ -35,7 +35,7 @@ from engine.worker.memory import (
     plan_pools,
     workspace_reserve,
 )
-from engine.worker.piecewise import PiecewiseGraphs
+from engine.worker.piecewise import PiecewiseGraphs, build_piecewise
 from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
 from engine.worker.resolve import resolve_cache, resolve_model
 from engine.worker.sampler import SampledTokens, Sampler
@@ -120,7 +120,6 @@ class ModelRunner:
         self.graphs: DecodeGraphs | None = None
         # arm graphs.piecewise: mixed and prefill steps (built by _plan_cuda, kept for serving)
         self.piecewise: PiecewiseGraphs | None = None
-        self.piecewise_bytes = 0  # torch memory their static buffers and graph pool hold
         self._graph_plan = 0  # device bytes the memory plan reserved for the decode graphs
         self.graph_bytes = 0  # what capturing them took (device-wide, measured at start-up)
         use_graphs = self.device.type == "cuda" and not mc.enforce_eager
@@ -229,7 +228,9 @@ class ModelRunner:
             self.device
         )
         if use_graphs and "graphs.piecewise" in self.model_config.kernel_arms:
-            self._build_piecewise(tokens)
+            # before the pools are sized, so what they hold is in the memory in use the plan reads
+            every = self.model_config.cuda_graph_capture == "startup"
+            self.piecewise = build_piecewise(self.model, tokens, self.device, pdl=self.pdl, every=every)
         graph_bytes = 0
         if use_graphs:
             every = self.model_config.cuda_graph_capture == "startup"
@@ -269,29 +270,6 @@ class ModelRunner:
             raise RuntimeError(f"not enough device memory for the KV cache under the budget {gib(budget)}")
         return slots + 1, blocks + 1
 
-    def _build_piecewise(self, tokens: int) -> None:
-        """Capture the piecewise graphs (every bucket, or the largest when lazy) before the pools are
-        sized, so what they hold is part of the memory in use the plan reads. They touch no pool,
-        so the probe pool going away does not matter to them."""
-        torch.cuda.synchronize(self.device)
-        torch.cuda.empty_cache()
-        before = torch.cuda.memory_reserved(self.device)
-        pw = PiecewiseGraphs(self.model, tokens, self.device, pdl=self.pdl)
-        if self.model_config.cuda_graph_capture == "startup":
-            pw.capture_all()
-        else:
-            pw.capture(pw.buckets[-1])
-        torch.cuda.synchronize(self.device)
-        torch.cuda.empty_cache()
-        self.piecewise = pw
-        self.piecewise_bytes = torch.cuda.memory_reserved(self.device) - before
-        log.info(
-            "piecewise graphs: %d captured over %d token buckets, %.0f MiB of static buffers and graph pool",
-            sum(len(g) for g in pw.graphs.values()),
-            len(pw.graphs),
-            self.piecewise_bytes / 2**20,
-        )
-
     def _settled_use(self) -> int:
         """Device memory in use once queued work is done and torch's free cached blocks are released."""
         torch.cuda.synchronize(self.device)
@@ -307,8 +285,7 @@ class ModelRunner:
         capture's growth instead of what release frees over-counted by 150 MiB (run 9)."""
         probe = DecodeGraphs(self.model, self.cache, max_seqs, max_blocks, self.pdl)
         if every:
-            for key in probe.keys():
-                probe.capture(key)
+            probe.capture_all()
         else:
             probe.capture_largest()
         held = self._settled_use()
@@ -321,7 +298,7 @@ class ModelRunner:
         torch.cuda.synchronize(self.device)
         itemsize = torch.tensor([], dtype=self.dtype).element_size()  # every parameter is in the model dtype
         graphs = self.graphs.reserved_bytes + self.graphs.logits.numel() * 4 if self.graphs else 0
-        graphs += self.piecewise_bytes
+        graphs += self.piecewise.reserved_bytes if self.piecewise else 0
         return measure_split(
             weights=self.model.num_parameters() * itemsize,
             kv_cache=self.num_kv_blocks * kv_bytes_per_block(self.cache_spec, self.block_size, self.dtype),

@@ -27,7 +27,6 @@ cores' launches: 161 CuPy kernels for a W1 mixed step of the 4B, whose host laun
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 
@@ -37,8 +36,7 @@ from engine.model.cache import ModelCache
 from engine.model.forward_batch import ForwardBatch
 from engine.model.qwen3_5.layers import GatedAttention, GatedDeltaNet, GDNMeta
 from engine.model.qwen3_5.model import Qwen35Model
-from engine.ops.launch_ex import programmatic_launches
-from engine.worker.cuda_graphs import capture_stream, no_gc
+from engine.worker.cuda_graphs import capture_stream, graph_launches, no_gc
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +100,7 @@ class PiecewiseGraphs:
         self._core = zeros(tmax * max(self.core_width))
         self.graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
         self.pool = torch.cuda.graph_pool_handle() if capture else None
+        self.reserved_bytes = 0  # torch memory the buffers and the graph pool hold (build_piecewise)
 
     def bucket(self, num_tokens: int) -> int | None:
         return next((b for b in self.buckets if b >= num_tokens), None)
@@ -165,9 +164,7 @@ class PiecewiseGraphs:
                 m.layer_core(k, self.proj(k, tb)[:t], fb, meta, cache, out=self.core(k, tb)[:t])
         return self.x[:t], self.h[:t]
 
-    def _launches(self) -> contextlib.AbstractContextManager[None]:
-        return programmatic_launches() if self.pdl else contextlib.nullcontext()
-
+    @no_gc()
     def capture(self, tb: int) -> list[torch.cuda.CUDAGraph]:
         """Capture bucket ``tb``'s pieces now (unless they are), after one eager pass over them on the
         capture stream (kernel builds, cuBLAS's workspace for that stream)."""
@@ -177,7 +174,7 @@ class PiecewiseGraphs:
         side = capture_stream(self.ids.device)
         side.wait_stream(torch.cuda.current_stream())
         graphs = []
-        with no_gc(), torch.cuda.stream(side), torch.inference_mode():
+        with torch.cuda.stream(side), torch.inference_mode():
             for k in range(self.num_layers + 1):
                 self.piece(k, tb)
             for k in range(self.num_layers + 1):
@@ -186,7 +183,7 @@ class PiecewiseGraphs:
                 # allocator's cache before each of the hundreds of pieces
                 g.capture_begin(pool=self.pool)
                 try:
-                    with self._launches():
+                    with graph_launches(self.pdl):
                         self.piece(k, tb)
                 finally:
                     g.capture_end()
@@ -198,9 +195,8 @@ class PiecewiseGraphs:
     def capture_all(self) -> None:
         """Every bucket, largest first (the smaller ones reuse its pool memory)."""
         t0 = time.perf_counter()
-        with no_gc():
-            for tb in reversed(self.buckets):
-                self.capture(tb)
+        for tb in reversed(self.buckets):
+            self.capture(tb)
         log.info(
             "captured %d piecewise graphs (%d pieces x token buckets %s) in %.1f s",
             sum(len(g) for g in self.graphs.values()),
@@ -208,3 +204,29 @@ class PiecewiseGraphs:
             list(self.buckets),
             time.perf_counter() - t0,
         )
+
+
+def build_piecewise(
+    model: Qwen35Model, max_tokens: int, device: torch.device, *, pdl: bool, every: bool
+) -> PiecewiseGraphs:
+    """The server's piecewise graphs: every bucket captured (``every``, --cuda-graph-capture startup)
+    or the largest (lazy: the rest on first use), with ``reserved_bytes`` measured around the build.
+    They touch no KV or state pool, so they can be built on the profile pool and kept."""
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved(device)
+    pw = PiecewiseGraphs(model, max_tokens, device, pdl=pdl)
+    if every:
+        pw.capture_all()
+    else:
+        pw.capture(pw.buckets[-1])
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    pw.reserved_bytes = torch.cuda.memory_reserved(device) - before
+    log.info(
+        "piecewise graphs: %d captured over %d token buckets, %.0f MiB of static buffers and graph pool",
+        sum(len(g) for g in pw.graphs.values()),
+        len(pw.graphs),
+        pw.reserved_bytes / 2**20,
+    )
+    return pw

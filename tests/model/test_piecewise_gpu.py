@@ -17,7 +17,7 @@ from engine.ops.arms import DEFAULT_ARMS  # noqa: E402
 from engine.worker.piecewise import PiecewiseGraphs  # noqa: E402
 from tests.model.test_model_gpu import report  # noqa: E402
 from tests.model.test_small_model_gpu import _small_ckpt, _small_runner  # noqa: E402
-from tests.worker.test_piecewise import _mixed_step, _pools  # noqa: E402
+from tests.worker.test_piecewise import _mixed_step, _pools, _serve, spy  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 ARMS = tuple(sorted(DEFAULT_ARMS | {"graphs.piecewise"}))
@@ -67,21 +67,14 @@ def test_serving_steps_take_the_piecewise_path(tmp_path, monkeypatch):
     r = _small_runner(d, "bfloat16", "cuda", eager=False, arms=ARMS, capture="startup")
     plain = _small_runner(d, "bfloat16", "cuda", eager=False, arms=WITHOUT)
     assert r.piecewise is not None and plain.piecewise is None
-    calls = {"piecewise": 0}
-    run = r.piecewise.run
-
-    def counted(fb, cache):
-        calls["piecewise"] += 1
-        return run(fb, cache)
-
-    monkeypatch.setattr(r.piecewise, "run", counted)
+    calls = spy(monkeypatch, r.piecewise, "run")
     monkeypatch.setattr(r, "execute", lambda fb: pytest.fail("an eager step ran"))
     prompts = [[(7 * i + j * 13) % 400 for j in range(20 + 9 * i)] for i in range(6)]
     a = generate(r, prompts, 16, token_budget=64)  # chunked prefills, mixed steps, decodes
     b = generate(plain, prompts, 16, token_budget=64)
-    assert calls["piecewise"] >= 3
+    assert len(calls) >= 3
     same = sum(x == y for x, y in zip(a, b, strict=True))
-    report(test="piecewise_serving", piecewise_steps=calls["piecewise"], identical=same, of=len(prompts))
+    report(test="piecewise_serving", piecewise_steps=len(calls), identical=same, of=len(prompts))
 
 
 def test_prompt_scoring_through_the_pieces_matches_the_plain_forward(tmp_path, monkeypatch):
@@ -89,23 +82,14 @@ def test_prompt_scoring_through_the_pieces_matches_the_plain_forward(tmp_path, m
     (PiecewiseGraphs.hidden_states): the prompt logprobs of requests served through EngineCore equal
     those of a runner without the arm within bf16's reach, and the plain scoring path never runs."""
     pytest.importorskip("cupy")
-    from tests.worker.test_piecewise import _serve
-
     d = _small_ckpt(tmp_path)
     r = _small_runner(d, "bfloat16", "cuda", eager=False, arms=ARMS, capture="startup")
     plain = _small_runner(d, "bfloat16", "cuda", eager=False, arms=WITHOUT)
     assert r.piecewise is not None
-    scored = {"n": 0}
-    hidden = r.piecewise.hidden_states
-
-    def counted(fb, cache):
-        scored["n"] += 1
-        return hidden(fb, cache)
-
-    monkeypatch.setattr(r.piecewise, "hidden_states", counted)
+    scored = spy(monkeypatch, r.piecewise, "hidden_states")
     monkeypatch.setattr(r.model, "hidden_states", lambda fb, c: pytest.fail("a plain scoring step"))
     got, want = _serve(r), _serve(plain)
-    assert scored["n"] >= 2
+    assert len(scored) >= 2
     worst, compared = 0.0, 0
     for rid in ("2", "5"):  # the requests that ask for prompt logprobs (every third)
         first_a, first_b = got[rid][0][1], want[rid][0][1]  # the first output carries the prompt's
