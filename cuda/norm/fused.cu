@@ -76,10 +76,12 @@ __device__ __forceinline__ float fu_row_sum(float v, float* red) {
 // D = VPT * TPR * 8: thread j of a row owns the VPT 16-byte vectors j, j + TPR, ... (coalesced).
 // ROWS rows per CTA (ROWS = 1 when TPR > 32). grid: ceil(N / ROWS), block: TPR * ROWS.
 // Zero-centred RMSNorm in the reference order: (h * rsqrt(mean + eps)) * (1 + w) in fp32, then round.
+// h may be res itself (the residual stream updated in place): each thread loads every vector it owns
+// before it stores any, and only its own, so res and h carry no __restrict__.
 template <int VPT, int TPR, int ROWS, bool HAS_RES, bool W_BF16>
 __global__ void __launch_bounds__(TPR * ROWS)
-    add_rms_norm_kernel(const bf16_t* __restrict__ x, int x_stride, const bf16_t* __restrict__ res, int res_stride,
-                        const void* __restrict__ weight, bf16_t* __restrict__ y, bf16_t* __restrict__ h, int N,
+    add_rms_norm_kernel(const bf16_t* __restrict__ x, int x_stride, const bf16_t* res, int res_stride,
+                        const void* __restrict__ weight, bf16_t* __restrict__ y, bf16_t* h, int h_stride, int N,
                         float eps) {
   DS_PDL_BEGIN();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
   static_assert(TPR <= 32 ? (TPR & (TPR - 1)) == 0 : (TPR % 32 == 0 && ROWS == 1), "row group shape");
@@ -88,22 +90,26 @@ __global__ void __launch_bounds__(TPR * ROWS)
   const int row = blockIdx.x * ROWS + threadIdx.x / TPR;
   const int j = threadIdx.x % TPR;
   const bool valid = row < N;
+  uint4 xr[VPT], rr[VPT];
+#pragma unroll
+  for (int p = 0; p < VPT; ++p) {
+    const int c0 = (p * TPR + j) * 8;
+    xr[p] = rr[p] = make_uint4(0u, 0u, 0u, 0u);
+    if (valid) xr[p] = *reinterpret_cast<const uint4*>(x + (size_t)row * x_stride + c0);
+    if (HAS_RES && valid) rr[p] = *reinterpret_cast<const uint4*>(res + (size_t)row * res_stride + c0);
+  }
   float v[VPT][8];
   float ss = 0.f;
 #pragma unroll
   for (int p = 0; p < VPT; ++p) {
     const int c0 = (p * TPR + j) * 8;
-    uint4 xr = make_uint4(0u, 0u, 0u, 0u);
-    if (valid) xr = *reinterpret_cast<const uint4*>(x + (size_t)row * x_stride + c0);
-    fu_unpack8(xr, v[p]);
+    fu_unpack8(xr[p], v[p]);
     if (HAS_RES) {
-      uint4 rr = make_uint4(0u, 0u, 0u, 0u);
-      if (valid) rr = *reinterpret_cast<const uint4*>(res + (size_t)row * res_stride + c0);
       float r[8];
-      fu_unpack8(rr, r);
+      fu_unpack8(rr[p], r);
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[p][e] = fu_round(r[e] + v[p][e]);  // the bf16 residual add
-      if (valid) *reinterpret_cast<uint4*>(h + (size_t)row * D + c0) = fu_pack8(v[p]);
+      if (valid) *reinterpret_cast<uint4*>(h + (size_t)row * h_stride + c0) = fu_pack8(v[p]);
     }
 #pragma unroll
     for (int e = 0; e < 8; ++e) ss += v[p][e] * v[p][e];
@@ -238,11 +244,11 @@ __global__ void __launch_bounds__(128)
 
 #ifdef DELTASERVE_NVCC_CHECK
 // the shapes the wrapper picks for Qwen3.5-4B (hidden 2560, head dim 256) and the tiny test models
-template __global__ void add_rms_norm_kernel<1, 320, 1, true, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, float);
-template __global__ void add_rms_norm_kernel<1, 320, 1, false, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, float);
-template __global__ void add_rms_norm_kernel<1, 32, 4, true, false>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, float);
-template __global__ void add_rms_norm_kernel<1, 8, 16, true, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, float);
-template __global__ void add_rms_norm_kernel<2, 320, 1, true, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, float);
+template __global__ void add_rms_norm_kernel<1, 320, 1, true, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
+template __global__ void add_rms_norm_kernel<1, 320, 1, false, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
+template __global__ void add_rms_norm_kernel<1, 32, 4, true, false>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
+template __global__ void add_rms_norm_kernel<1, 8, 16, true, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
+template __global__ void add_rms_norm_kernel<2, 320, 1, true, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
 template __global__ void silu_mul_kernel<8, 256>(const bf16_t*, long long, bf16_t*, int, int);
 template __global__ void silu_mul_kernel<1, 256>(const bf16_t*, long long, bf16_t*, int, int);
 template __global__ void qk_norm_rope_kv_kernel<256, true>(const bf16_t*, int, int, const bf16_t*, int, int, const bf16_t*, int, int, const void*, const void*, float, const long long*, const float*, int, bf16_t*, bf16_t*, const long long*, bf16_t*, int, int);

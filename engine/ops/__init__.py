@@ -16,7 +16,7 @@ linear(x [M, K], w [N, K], out=None) -> [M, N]
     [M, N] the same GEMM written into it (torch.mm), as a piecewise graph's static buffers need.
 rms_norm(x [N, D], weight [D], eps) -> [N, D]
     Zero-centred RMSNorm: fp32 compute, scale (1 + w), cast to x.dtype after the multiply.
-gated_rms_norm(x [N, dv], z [N, dv], weight [dv], eps) -> [N, dv]
+gated_rms_norm(x [N, dv], z [N, dv], weight [dv], eps, out=None) -> [N, dv]  (out: N * dv contiguous values)
     GDN output norm, HF semantics: y = x.float() * rsqrt(mean(x^2) + eps); y = weight * y.to(x.dtype);
     y = y * silu(z.float()); return y.to(x.dtype). Plain weight, not (1 + w).
 causal_conv1d_prefill(x [T, C], weight [C, K], conv_state [S, C, K-1], query_start_loc [B+1],
@@ -46,13 +46,15 @@ apply_rope(q [T, H, D], k [T, Hkv, D], positions [T], rotary_dim, theta) -> (q, 
     Neox rotate-half over the first rotary_dim dims; cos/sin computed in fp32 then cast to q.dtype.
 write_kv(k [T, Hkv, D], v [T, Hkv, D], k_cache [NB, bs, Hkv, D], v_cache [NB, bs, Hkv, D], slot_mapping [T])
 paged_attention(q [T, H, D], k_cache, v_cache, block_table [B, M], query_start_loc [B+1], seq_lens [B],
-                num_computed [B], scale, max_query_len, max_seq_len, *, gate=None) -> [T, H, D]
+                num_computed [B], scale, max_query_len, max_seq_len, *, gate=None, out=None) -> [T, H, D]
     Token j of sequence b sits at position num_computed[b] + j and attends causally to every cached
     position <= its own (the tokens of this step must already be written). GQA: head h uses kv head
     h // (H // Hkv). Softmax in fp32. gate [T, H, D] (any row strides): out.to(q.dtype) * sigmoid(gate).
-add_rms_norm(x [N, D], residual [N, D] | None, weight [D], eps) -> (y [N, D], h [N, D])
-    h = residual + x in x.dtype (h is x when residual is None); y = rms_norm(h, weight, eps).
-silu_mul(gu [N, 2I]) -> [N, I]
+    out: T * H * D contiguous values that receive the result (a piecewise graph's static buffer).
+add_rms_norm(x [N, D], residual [N, D] | None, weight [D], eps, h_out=None) -> (y [N, D], h [N, D])
+    h = residual + x in x.dtype (h is x when residual is None); y = rms_norm(h, weight, eps). With
+    h_out [N, D] (which may be residual itself), h is written there (needs a residual).
+silu_mul(gu [N, 2I], out=None) -> [N, I]
     silu(gu[:, :I]) * gu[:, I:] (SwiGLU on the fused gate|up projection).
 qk_norm_rope_kv(qg [T, H, 2D], k [T, Hkv, D], v [T, Hkv, D], q_norm [D], k_norm [D], eps, positions [T],
                 rotary_dim, theta, k_cache, v_cache, slot_mapping [T]) -> q [T, H, D]

@@ -173,6 +173,22 @@ def test_gate_matches_model_composition():
     assert torch.equal(ref.paged_attention(*batch.args(), gate=batch.gate), want)
 
 
+@pytest.mark.parametrize("splits", [None, 1])
+def test_out_receives_exactly_the_output(splits):
+    """``out=`` (a piecewise graph's static core buffer, viewed [T, H * D]) gets the very bits of a fresh
+    output, through the split-KV reduction and without it; a wrong-sized out is refused by name."""
+    batch = make_batch(mixed_specs(16), 16, 4, 4, 256, seed=22)
+    want = attn.paged_attention(*batch.args(), gate=batch.gate, splits=splits)
+    T, H, D = batch.q.shape
+    out = torch.full((T, H * D), float("nan"), dtype=torch.bfloat16, device="cuda")
+    got = attn.paged_attention(*batch.args(), gate=batch.gate, splits=splits, out=out)
+    assert got.data_ptr() == out.data_ptr() and torch.equal(out.view(T, H, D), want)
+    with_out = ref.paged_attention(*batch.args(), gate=batch.gate, out=out.clone())  # [T, H * D]
+    assert torch.equal(with_out.view(T, H, D), ref.paged_attention(*batch.args(), gate=batch.gate))
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        attn.paged_attention(*batch.args(), out=out[:-1])
+
+
 def test_bad_inputs_name_the_tensor():
     batch = make_batch([(3, 2)], 16, 2, 2, 64, seed=1)
     a = list(batch.args())

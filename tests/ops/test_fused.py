@@ -72,6 +72,30 @@ def test_add_rms_norm_is_the_old_add_then_norm(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm_h_out_in_place_and_apart(dtype):
+    """h_out receives h (a separate buffer, or the residual itself updated in place) and y is unchanged."""
+    rng = np.random.default_rng(2)
+    x, res = rand(rng, 7, 64, dtype=dtype), rand(rng, 7, 64, scale=3.0, dtype=dtype)
+    w = rand(rng, 64, scale=0.1, dtype=dtype)
+    want_y, want_h = ref.add_rms_norm(x, res, w, 1e-6)
+    out = torch.full_like(res, float("nan"))
+    y, h = ref.add_rms_norm(x, res, w, 1e-6, h_out=out)
+    assert h is out and torch.equal(out, want_h) and torch.equal(y, want_y)
+    stream = res.clone()
+    y, h = ref.add_rms_norm(x, stream, w, 1e-6, h_out=stream)
+    assert h is stream and torch.equal(stream, want_h) and torch.equal(y, want_y)
+    with pytest.raises(ValueError, match="h_out needs a residual"):
+        ref.add_rms_norm(x, None, w, 1e-6, h_out=out)
+
+
+def test_silu_mul_reference_out():
+    rng = np.random.default_rng(3)
+    gu = rand(rng, 5, 32, dtype=torch.bfloat16)
+    out = torch.full((5, 16), float("nan"), dtype=torch.bfloat16)
+    assert ref.silu_mul(gu, out=out) is out and torch.equal(out, ref.silu_mul(gu))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_mul_is_the_old_mlp_activation(dtype):
     rng = np.random.default_rng(2)
     inter = 40
@@ -214,6 +238,27 @@ def test_add_rms_norm_kernel(fused_cuda, n, d, with_res):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", GPU_N)
+@pytest.mark.parametrize("d", [64, 2560])
+def test_add_rms_norm_kernel_writes_h_in_place(fused_cuda, n, d):
+    """h_out = the residual (the piecewise graphs' residual stream, a row-strided view) gets exactly
+    the h a separate output gets, and y does not change."""
+    rng = np.random.default_rng(30 + n + d)
+    x = rand(rng, n, d, scale=2.0, dtype=torch.bfloat16, device="cuda")
+    base = rand(rng, n, d + 8, scale=4.0, dtype=torch.bfloat16, device="cuda")
+    w = rand(rng, d, scale=0.3, dtype=torch.bfloat16, device="cuda")
+    want_y, want_h = fused_cuda.add_rms_norm(x, base[:, :d].contiguous(), w, 1e-6)
+    assert torch.equal(want_h, ref.add_rms_norm(x, base[:, :d], w, 1e-6)[1])
+    tail = base[:, d:].clone()
+    stream = base[:, :d]  # rows strided by d + 8, as a view into a wider buffer
+    y, h = fused_cuda.add_rms_norm(x, stream, w, 1e-6, h_out=stream)
+    assert h is stream and torch.equal(stream, want_h) and torch.equal(y, want_y)
+    assert torch.equal(base[:, d:], tail), "wrote past the rows' d values"
+    with pytest.raises(ValueError, match="h_out needs a residual"):
+        fused_cuda.add_rms_norm(x, None, w, 1e-6, h_out=stream)
+
+
+@pytest.mark.gpu
 def test_add_rms_norm_kernel_fp32_weight(fused_cuda):
     rng = np.random.default_rng(5)
     x, res = (rand(rng, 63, 2560, dtype=torch.bfloat16, device="cuda") for _ in range(2))
@@ -235,6 +280,13 @@ def test_silu_mul_kernel(fused_cuda, n, inter):
     assert row_err(out, want) <= BOUND
     # one rounding of the fp32 value: within half a bf16 ulp (2^-8 relative) of it
     assert ((out.float() - want).abs() <= want.abs() * 2**-8 * (1 + 1e-5) + 1e-30).all()
+    # out= (rows of a wider scratch buffer, as the piecewise graphs lend theirs) gets the same bits
+    scratch = torch.full(((n + 1) * inter,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    dst = scratch[: n * inter].view(n, inter)
+    assert fused_cuda.silu_mul(gu, out=dst).data_ptr() == dst.data_ptr() and torch.equal(dst, out)
+    assert torch.isnan(scratch[n * inter :].float()).all(), "wrote past out"
+    with pytest.raises(ValueError, match="out must be a contiguous"):
+        fused_cuda.silu_mul(gu, out=scratch[: (n + 1) * inter].view(n + 1, inter))
 
 
 @pytest.mark.gpu

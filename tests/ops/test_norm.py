@@ -102,3 +102,11 @@ def test_gated_rms_norm(wdtype):
     want = ref.gated_rms_norm(x, z, w, 1e-6)
     got = twice(lambda: norm.gated_rms_norm(x, z, w, 1e-6), [], ((N, dv), torch.bfloat16))
     assert rel(got, want) < 2e-3
+    # out= (any contiguous buffer of N * dv values, as the piecewise graphs' [T, Nv * dv] core buffer)
+    # gets the same bits, and so in the reference
+    out = torch.full((N * dv,), float("nan"), dtype=torch.bfloat16, device=DEV)
+    assert norm.gated_rms_norm(x, z, w, 1e-6, out=out).data_ptr() == out.data_ptr()
+    assert torch.equal(out.view(N, dv), got)
+    assert torch.equal(ref.gated_rms_norm(x, z, w, 1e-6, out=out).view(N, dv), want)
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        norm.gated_rms_norm(x, z, w, 1e-6, out=out[:-8])

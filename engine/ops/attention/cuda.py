@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.ops.compile import as_i32, f32, i32, kernel, launch, ptr, tuning_row
+from engine.ops.compile import as_i32, check_cuda, f32, i32, kernel, launch, ptr, tuning_row
 
 SRC = "attention/paged_attention.cu"
 HEAD_DIMS = (64, 128, 256)
@@ -240,10 +240,12 @@ def paged_attention(
     max_seq_len,
     *,
     gate=None,
+    out=None,
     splits: int | None = None,
     shape: tuple[int, int, int] | None = None,
 ):
-    """Causal attention of ``q [T, H, D]`` over each sequence's paged KV -> ``[T, H, D]`` bf16.
+    """Causal attention of ``q [T, H, D]`` over each sequence's paged KV -> ``[T, H, D]`` bf16, written
+    into ``out`` (contiguous bf16, T x H x D values) when given.
 
     ``max_query_len`` / ``max_seq_len`` must bound every sequence's new tokens / cached length (they
     size the grid and the split count; a CUDA graph captured at a bound replays any batch within it).
@@ -257,7 +259,13 @@ def paged_attention(
         raise ValueError(f"{OP}: max_query_len must be >= 1, got {max_query_len}")
     if int(max_seq_len) < 1:
         raise ValueError(f"{OP}: max_seq_len must be >= 1, got {max_seq_len}")
-    out = torch.empty((T, H, D), dtype=torch.bfloat16, device=q.device)
+    if out is None:
+        out = torch.empty((T, H, D), dtype=torch.bfloat16, device=q.device)
+    else:
+        check_cuda(f"{OP} out", out, torch.bfloat16)
+        if out.numel() != T * H * D or not out.is_contiguous():
+            raise ValueError(f"{OP}: out must be contiguous with {T * H * D} values, got {tuple(out.shape)}")
+        out = out.view(T, H, D)
     if T == 0 or B == 0:
         return out
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()

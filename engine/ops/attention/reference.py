@@ -73,8 +73,10 @@ def paged_attention(
     max_seq_len: int,
     *,
     gate: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Causal attention of the flat queries ``q [T, H, D]`` over each sequence's paged KV.
+    """Causal attention of the flat queries ``q [T, H, D]`` over each sequence's paged KV (written into
+    ``out``, T x H x D values, when given).
 
     Query j of sequence b sits at ``num_computed[b] + j`` and sees key positions up to its own and
     below ``seq_lens[b]``. Scores, mask and softmax are fp32; the output is cast to q.dtype. With
@@ -121,7 +123,8 @@ def paged_attention(
         scores.masked_fill_(hidden, float("-inf"))
         probs = torch.softmax(scores, dim=-1).view(num_seqs, hk, group * max_query_len, max_seq_len)
         outs.append((probs @ vh).view(num_seqs, hk, group, max_query_len, head_dim))
-    out = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]  # [B, Hkv, G, Lq, D]
-    out = out.permute(0, 3, 1, 2, 4).reshape(num_seqs, max_query_len, num_heads, head_dim)
-    out = unpack(out, ix).to(q.dtype)  # [T, H, D]
-    return out if gate is None else out * torch.sigmoid(gate)
+    o = torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]  # [B, Hkv, G, Lq, D]
+    o = o.permute(0, 3, 1, 2, 4).reshape(num_seqs, max_query_len, num_heads, head_dim)
+    o = unpack(o, ix).to(q.dtype)  # [T, H, D]
+    o = o if gate is None else o * torch.sigmoid(gate)
+    return o if out is None else out.copy_(o.view(out.shape))

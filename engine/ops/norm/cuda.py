@@ -9,8 +9,9 @@ from engine.ops.compile import arch_params, check_cuda, f32, i32, kernel, launch
 SRC = "norm/gated_norm.cu"
 
 
-def gated_rms_norm(x, z, weight, eps):
-    """x, z [N, dv] bf16 (row strides allowed), weight [dv] bf16 or fp32 -> [N, dv] bf16."""
+def gated_rms_norm(x, z, weight, eps, out=None):
+    """x, z [N, dv] bf16 (row strides allowed), weight [dv] bf16 or fp32 -> [N, dv] bf16, written into
+    ``out`` (x's shape, contiguous bf16) when given."""
     op = "gated_rms_norm"
     check_cuda(f"{op} x", x, torch.bfloat16)
     check_cuda(f"{op} z", z, torch.bfloat16)
@@ -37,7 +38,13 @@ def gated_rms_norm(x, z, weight, eps):
     ):
         raise ValueError(f"{op}: rows must be contiguous and 8-byte aligned")
     N = x2.shape[0]
-    out = torch.empty((N, dv), dtype=x.dtype, device=x.device)
+    if out is None:
+        out = torch.empty((N, dv), dtype=x.dtype, device=x.device)
+    else:
+        check_cuda(f"{op} out", out, torch.bfloat16)
+        if out.numel() != N * dv or not out.is_contiguous():
+            raise ValueError(f"{op}: out must be contiguous with {N * dv} values, got {tuple(out.shape)}")
+        out = out.view(N, dv)
     if N == 0:
         return out.reshape(shape)
     warps = arch_params().norm_warps

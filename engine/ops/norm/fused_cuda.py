@@ -58,10 +58,15 @@ def norm_shape(d: int) -> tuple[int, int, int]:
 
 
 def add_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    h_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """x, residual [N, D] bf16 (row strides allowed) -> (y, h) [N, D] bf16, h = residual + x
-    (h is x itself when residual is None, as in the reference)."""
+    (h is x itself when residual is None, as in the reference). ``h_out`` [N, D] (row strides allowed,
+    may be ``residual`` itself: an in-place residual stream) receives h instead of a new tensor."""
     op = "add_rms_norm"
     check_cuda(f"{op} x", x, torch.bfloat16, dim=2)
     n, d = x.shape
@@ -75,8 +80,14 @@ def add_rms_norm(
         raise ValueError(f"{op}: x rows must be contiguous and 16-byte aligned")
     wb = _weight(op, weight, d)
     vpt, tpr, rows = norm_shape(d)
+    if h_out is not None:
+        if residual is None:
+            raise ValueError(f"{op}: h_out needs a residual (without one, h is x itself)")
+        check_cuda(f"{op} h_out", h_out, torch.bfloat16, dim=2)
+        if h_out.shape != x.shape or not _rows_ok(h_out):
+            raise ValueError(f"{op}: h_out must be {tuple(x.shape)} with contiguous, 16-byte aligned rows")
     y = torch.empty((n, d), dtype=x.dtype, device=x.device)
-    h = x if residual is None else torch.empty((n, d), dtype=x.dtype, device=x.device)
+    h = x if residual is None else h_out if h_out is not None else torch.empty_like(y)
     if n == 0:
         return y, h
     has_res = "false" if residual is None else "true"
@@ -94,6 +105,7 @@ def add_rms_norm(
             ptr(weight),
             ptr(y),
             ptr(h),
+            i32(h.stride(0)),
             i32(n),
             f32(eps),
         ),
@@ -102,8 +114,9 @@ def add_rms_norm(
     return y, h
 
 
-def silu_mul(gu: torch.Tensor) -> torch.Tensor:
-    """gu [N, 2I] bf16 (row stride allowed) -> silu(gu[:, :I]) * gu[:, I:] as [N, I] bf16."""
+def silu_mul(gu: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """gu [N, 2I] bf16 (row stride allowed) -> silu(gu[:, :I]) * gu[:, I:] as [N, I] bf16, written into
+    ``out`` (contiguous [N, I] bf16) when given."""
     op = "silu_mul"
     check_cuda(f"{op} gu", gu, torch.bfloat16, dim=2)
     n, two_i = gu.shape
@@ -112,10 +125,15 @@ def silu_mul(gu: torch.Tensor) -> torch.Tensor:
     inter = two_i // 2
     if gu.stride(1) != 1:
         raise ValueError(f"{op}: gu rows must be contiguous")
-    out = torch.empty((n, inter), dtype=gu.dtype, device=gu.device)
+    if out is None:
+        out = torch.empty((n, inter), dtype=gu.dtype, device=gu.device)
+    else:
+        check_cuda(f"{op} out", out, torch.bfloat16, dim=2)
+        if out.shape != (n, inter) or not out.is_contiguous():
+            raise ValueError(f"{op}: out must be a contiguous [{n}, {inter}], got {tuple(out.shape)}")
     if n == 0 or inter == 0:
         return out
-    vec = 8 if inter % 8 == 0 and _rows_ok(gu) else 1
+    vec = 8 if inter % 8 == 0 and _rows_ok(gu) and out.data_ptr() % 16 == 0 else 1
     fn = kernel(SRC, f"silu_mul_kernel<{vec}, {SILU_THREADS}>")
     items = n * inter // vec
     launch(

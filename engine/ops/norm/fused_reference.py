@@ -14,17 +14,27 @@ from engine.ops.norm.reference import rms_norm
 
 
 def add_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    h_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(h), h) with ``h = residual + x`` in the model dtype (``h = x`` without a residual)."""
-    h = x if residual is None else residual + x  # [N, D]
+    """(rms_norm(h), h) with ``h = residual + x`` in the model dtype (``h = x`` without a residual).
+    ``h_out`` (which may be ``residual`` itself) receives h instead of a new tensor."""
+    if residual is None:
+        if h_out is not None:
+            raise ValueError("add_rms_norm: h_out needs a residual (without one, h is x itself)")
+        h = x
+    else:
+        h = torch.add(residual, x, out=h_out) if h_out is not None else residual + x  # [N, D]
     return rms_norm(h, weight, eps), h
 
 
-def silu_mul(gu: torch.Tensor) -> torch.Tensor:
-    """SwiGLU's activation on the fused gate|up projection ``[N, 2I]`` -> ``[N, I]``."""
+def silu_mul(gu: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """SwiGLU's activation on the fused gate|up projection ``[N, 2I]`` -> ``[N, I]`` (into ``out``)."""
     inter = gu.shape[-1] // 2
-    return F.silu(gu[..., :inter]) * gu[..., inter:]
+    return torch.mul(F.silu(gu[..., :inter]), gu[..., inter:], out=out)
 
 
 def qk_norm_rope_kv(

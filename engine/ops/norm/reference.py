@@ -21,8 +21,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return y.to(x.dtype)
 
 
-def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """GDN output norm (``Qwen3_5RMSNormGated``): plain ``w``, norm first, then ``* silu(z)``.
+def gated_rms_norm(
+    x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """GDN output norm (``Qwen3_5RMSNormGated``): plain ``w``, norm first, then ``* silu(z)``; written
+    into ``out`` (x's shape) when given.
 
     The weight multiply happens on the normalised value cast back to ``x.dtype`` (a bf16 multiply in a
     bf16 model, promoted if the weight is fp32), the gate multiply in fp32; HF does exactly this.
@@ -33,4 +36,4 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     h = h * torch.rsqrt(var + eps)
     h = weight * h.to(in_dtype)
     h = h * F.silu(z.to(torch.float32))
-    return h.to(in_dtype)
+    return h.to(in_dtype) if out is None else out.copy_(h.view(out.shape))
