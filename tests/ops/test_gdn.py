@@ -196,13 +196,16 @@ def test_bit_exact_vs_hf(n: int, nk: int, nv: int) -> None:
 
 # CUDA kernels ----------------------------------------------------------------------------------
 @pytest.mark.gpu
-def test_gating():
+@pytest.mark.parametrize("a_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("d_dtype", [torch.float32, torch.bfloat16])
+def test_gating(a_dtype, d_dtype):
+    """Both parameters read in their own dtype (the model's are bf16; no widened copies)."""
     torch.manual_seed(0)
     T, nv = 1100, 32
     ab = bf16(T, 3 * nv, scale=3.0)
     a, b = ab[:, :nv], ab[:, nv : 2 * nv]  # strided column slices, as from a fused projection
-    A_log = torch.rand(nv, device=DEV) * 3 - 1
-    dt_bias = bf16(nv)
+    A_log = (torch.rand(nv, device=DEV) * 3 - 1).to(a_dtype)
+    dt_bias = bf16(nv).to(d_dtype)
     g_ref, beta_ref = ref.gdn_gating(a, b, A_log, dt_bias)
     g, beta = twice(lambda: gating.gdn_gating(a, b, A_log, dt_bias), [], ((T, nv), torch.float32))
     assert rel(g, g_ref) < 1e-5

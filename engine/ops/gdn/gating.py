@@ -11,7 +11,8 @@ THREADS = 256
 
 
 def gdn_gating(a, b, A_log, dt_bias):
-    """a, b [T, Nv] bf16 (rows may be strided) -> (g [T, Nv] fp32, beta [T, Nv] fp32)."""
+    """a, b [T, Nv] bf16 (rows may be strided), A_log, dt_bias [Nv] bf16 or fp32 ->
+    (g [T, Nv] fp32, beta [T, Nv] fp32)."""
     op = "gdn_gating"
     check_cuda(f"{op} a", a, torch.bfloat16, 2)
     check_cuda(f"{op} b", b, torch.bfloat16, 2)
@@ -22,14 +23,20 @@ def gdn_gating(a, b, A_log, dt_bias):
     T, nv = a.shape
     if not (A_log.numel() == nv and dt_bias.numel() == nv):
         raise ValueError(f"{op}: A_log and dt_bias need {nv} entries")
-    # [Nv] fp32 copies are 128 bytes: cheaper than a template per parameter dtype
-    a_log = A_log.reshape(nv).to(torch.float32).contiguous()
-    dtb = dt_bias.reshape(nv).to(torch.float32).contiguous()
+    check_cuda(f"{op} A_log", A_log)
+    check_cuda(f"{op} dt_bias", dt_bias)
+    flags = []
+    for name, p in (("A_log", A_log), ("dt_bias", dt_bias)):
+        if p.dtype not in (torch.bfloat16, torch.float32):
+            raise ValueError(f"{op}: {name} must be bf16 or fp32, got {p.dtype}")
+        flags.append("true" if p.dtype == torch.bfloat16 else "false")
+    # read in their own dtypes (the model's parameters, contiguous already): no widening launches
+    a_log, dtb = A_log.reshape(nv).contiguous(), dt_bias.reshape(nv).contiguous()
     g = torch.empty((T, nv), dtype=torch.float32, device=a.device)
     beta = torch.empty((T, nv), dtype=torch.float32, device=a.device)
     if T == 0:
         return g, beta
-    fn = kernel(SRC, f"gdn_gating_kernel<{THREADS}>")
+    fn = kernel(SRC, f"gdn_gating_kernel<{THREADS}, {flags[0]}, {flags[1]}>")
     launch(
         fn,
         (-(-T * nv // THREADS),),
