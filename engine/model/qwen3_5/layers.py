@@ -58,9 +58,13 @@ class MLP(nn.Module):
         self.gate_up = _param(2 * cfg.intermediate_size, cfg.hidden_size, dtype=dtype)
         self.down = _param(cfg.hidden_size, cfg.intermediate_size, dtype=dtype)
 
-    def forward(self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None, act: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """SwiGLU MLP -> [T, hidden] (into ``out``); the [T, I] activation goes into ``act`` when given
+        (scratch the caller knows is dead here: the piecewise graphs lend their projection buffer)."""
         gu = ops.linear(x, self.gate_up)  # [T, 2I]
-        return ops.linear(ops.silu_mul(gu), self.down, out=out)
+        return ops.linear(ops.silu_mul(gu, out=act), self.down, out=out)
 
 
 class GatedDeltaNet(nn.Module):
@@ -105,7 +109,7 @@ class GatedDeltaNet(nn.Module):
         qkv, z, b, a = torch.split(proj, self.splits, dim=-1)
         nd = meta.num_decodes
         if nd == 0 or ops.gdn_decode is None:
-            y = self._mixed(qkv, z, b, a, nd, meta, conv_state, ssm_state, ops)
+            return self._mixed(qkv, z, b, a, nd, meta, conv_state, ssm_state, ops, out=out)
         else:
             # decode rows through the fused kernel (K4), the prefill rows (if any) as usual
             y = ops.gdn_decode(
@@ -124,8 +128,13 @@ class GatedDeltaNet(nn.Module):
                 cfg.linear_num_key_heads,
             )
             if nd < proj.shape[0]:
-                rest = self._mixed(qkv[nd:], z[nd:], b[nd:], a[nd:], 0, meta, conv_state, ssm_state, ops)
-                return torch.cat([y, rest]) if out is None else torch.cat([y, rest], out=out)
+                tail = None if out is None else out[nd:]
+                q, zz, bb, aa = qkv[nd:], z[nd:], b[nd:], a[nd:]
+                rest = self._mixed(q, zz, bb, aa, 0, meta, conv_state, ssm_state, ops, out=tail)
+                if out is None:
+                    return torch.cat([y, rest])
+                out[:nd].copy_(y)  # the decode rows only: the prefill rows were written in place
+                return out
         return y if out is None else out.copy_(y)
 
     def _mixed(
@@ -139,8 +148,10 @@ class GatedDeltaNet(nn.Module):
         conv_state: torch.Tensor,
         ssm_state: torch.Tensor,
         ops: Ops,
+        out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Conv, gates, delta rule and gated norm as separate ops -> [T, Nv*dv] (out_proj's input)."""
+        """Conv, gates, delta rule and gated norm as separate ops -> [T, Nv*dv] (out_proj's input),
+        the norm writing into ``out`` (contiguous) when given."""
         cfg = self.cfg
         t = qkv.shape[0]
         parts = []
@@ -188,8 +199,9 @@ class GatedDeltaNet(nn.Module):
             )
         o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, Nv, dv]
         dv = cfg.linear_value_head_dim
-        y = ops.gated_rms_norm(o.reshape(-1, dv), z.reshape(-1, dv), self.norm_weight, cfg.rms_norm_eps)
-        return y.reshape(t, cfg.value_dim)
+        dst = None if out is None else out.view(-1, dv)
+        y = ops.gated_rms_norm(o.reshape(-1, dv), z.reshape(-1, dv), self.norm_weight, cfg.rms_norm_eps, dst)
+        return y.reshape(t, cfg.value_dim) if out is None else out
 
 
 class GatedAttention(nn.Module):
@@ -260,6 +272,6 @@ class GatedAttention(nn.Module):
             fb.max_query_len,
             fb.max_seq_len,
             gate=gate,
-        )  # [T, H, D], already multiplied by sigmoid(gate)
-        o = o.reshape(t, h * d)
-        return o if out is None else out.copy_(o)
+            out=out,
+        )  # [T, H, D], already multiplied by sigmoid(gate); in ``out`` when given
+        return o.reshape(t, h * d) if out is None else out

@@ -98,11 +98,17 @@ class Qwen35Model(nn.Module):
         return F.embedding(input_ids, self.embed_tokens)
 
     def layer_in(
-        self, i: int, x: torch.Tensor, h: torch.Tensor | None, out: torch.Tensor | None = None
+        self,
+        i: int,
+        x: torch.Tensor,
+        h: torch.Tensor | None,
+        out: torch.Tensor | None = None,
+        h_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer i's residual add, input norm and mixer input projection -> (projection, residual)."""
+        """Layer i's residual add, input norm and mixer input projection -> (projection, residual);
+        ``out`` and ``h_out`` (which may be ``h``: the residual stream in place) receive them."""
         layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
-        y, h = self.ops.add_rms_norm(x, h, layer.input_norm, self.cfg.rms_norm_eps)
+        y, h = self.ops.add_rms_norm(x, h, layer.input_norm, self.cfg.rms_norm_eps, h_out=h_out)
         return layer.mixer.project(y, self.ops, out=out), h
 
     def layer_core(
@@ -124,13 +130,20 @@ class Qwen35Model(nn.Module):
         return mixer.core(proj, fb, cache.k_cache[j], cache.v_cache[j], self.ops, out=out)
 
     def layer_out(
-        self, i: int, c: torch.Tensor, h: torch.Tensor, out: torch.Tensor | None = None
+        self,
+        i: int,
+        c: torch.Tensor,
+        h: torch.Tensor,
+        out: torch.Tensor | None = None,
+        h_out: torch.Tensor | None = None,
+        act: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer i's mixer output projection, residual add, post norm and MLP -> (MLP output, residual)."""
+        """Layer i's mixer output projection, residual add, post norm and MLP -> (MLP output, residual);
+        ``out`` and ``h_out`` (which may be ``h``) receive them, ``act`` the MLP's activation."""
         layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
         x = layer.mixer.output(c, self.ops)
-        y, h = self.ops.add_rms_norm(x, h, layer.post_norm, self.cfg.rms_norm_eps)
-        return layer.mlp(y, self.ops, out=out), h
+        y, h = self.ops.add_rms_norm(x, h, layer.post_norm, self.cfg.rms_norm_eps, h_out=h_out)
+        return layer.mlp(y, self.ops, out=out, act=act), h
 
     def logits(self, x: torch.Tensor, h: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
         """fp32 logits of ``rows``: the last residual add and the final norm on those rows alone."""
