@@ -3,9 +3,10 @@
 A decode-only step of ``b`` sequences whose longest block table has ``n`` blocks runs the graph of
 the smallest bucket (B >= b, N >= n). Every bucket is captured at start-up (``--cuda-graph-capture
 startup``, the default; ``lazy`` captures each on first use) into one shared memory pool (they replay
-one at a time, so they can share it). Each step fills the graph's static inputs
-with one host-to-device copy per tensor. Padding rows point at the reserved null KV block 0 and the
-reserved state slot 0, so whatever they compute lands where nothing reads it.
+one at a time, so they can share it; with the piecewise graphs, the pool is theirs too). Each step
+fills the graph's static inputs with one host-to-device copy per tensor. Padding rows point at the
+reserved null KV block 0 and the reserved state slot 0, so whatever they compute lands where nothing
+reads it.
 
 Why: on the H200 a batch-32 decode step of the 4B model spent ~34 ms of its 47.5 ms issuing ~1,000
 kernels from Python (docs/bench-evidence/2026-11-29-model-server-w1.md); a replay issues them at once.
@@ -19,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -30,6 +32,7 @@ from engine.ops.launch_ex import programmatic_launches
 from engine.worker.step import ScheduledSeq
 
 log = logging.getLogger(__name__)
+PoolHandle = Any  # torch.cuda.graph_pool_handle()'s value (torch types it as a private NewType)
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
 # The reference attention materialises every row's KV up to the bucket length, so with it graphs are
@@ -113,14 +116,23 @@ class _Graph:
 
 class DecodeGraphs:
     def __init__(
-        self, model: Qwen35Model, cache: ModelCache, max_seqs: int, max_blocks: int, pdl: bool = False
+        self,
+        model: Qwen35Model,
+        cache: ModelCache,
+        max_seqs: int,
+        max_blocks: int,
+        pdl: bool = False,
+        pool: PoolHandle | None = None,
     ):
         self.model, self.cache = model, cache
         self.pdl = pdl  # arm graphs.pdl: capture the kernels that support it as programmatic launches
         self.block_size = cache.block_size
         self.batch_buckets = batch_buckets(max_seqs)
         self.block_buckets = block_buckets(max_blocks)
-        self.pool = torch.cuda.graph_pool_handle()
+        # ``pool``: another set of graphs' pool to share (the piecewise graphs'). Every graph here and
+        # there leaves its outputs in buffers outside the pool and replays on one stream, one at a time,
+        # so what one graph's transients used, any other may reuse.
+        self.pool = torch.cuda.graph_pool_handle() if pool is None else pool
         self.graphs: dict[tuple[int, int], _Graph] = {}
         # One logits buffer for every graph (a replay's rows are sampled before the next replay), so
         # each captured bucket does not keep a [B, vocab] fp32 output of its own.

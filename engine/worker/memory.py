@@ -15,8 +15,12 @@ there too so the process fails at start-up rather than using memory a real 16 Gi
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import asdict, dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 _UNITS = {
     "": 1,
@@ -151,3 +155,53 @@ def plan_pools(
     slots = max(0, min(wanted_slots, (room - (fixed_kv or kv_floor)) // max(slot_bytes, 1)))
     kv = fixed_kv or room - slots * slot_bytes
     return slots, max(0, kv // block_bytes)
+
+
+# cudaLimitStackSize. The CUDA context reserves this much local memory per thread for every thread the
+# device can hold at once; the driver's default of 1 KiB costs 264 MiB on an H200 (132 SMs x 2,048
+# threads; 198 MiB of it freed at 256 bytes, measured in docs/bench-evidence/2026-12-01-memory-s19.md),
+# 105 MiB on the RTX 5070 Ti (70 x 1,536). No kernel here needs a stack frame near that, and the driver
+# grows the reservation by itself for any launch that needs more (it "automatically increases the
+# per-thread stack size for each kernel launch as needed" and keeps it), so the runner asks for none
+# and lets the kernels it actually runs (warm-up and graph captures included) size it.
+STACK_BYTES = 0
+_LIMIT_STACK_SIZE = 0  # enum cudaLimit: cudaLimitStackSize
+
+
+def stack_limit() -> int | None:
+    """The context's per-thread stack reservation in bytes, or None without CuPy."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return int(cupy.cuda.runtime.deviceGetLimit(_LIMIT_STACK_SIZE))
+
+
+def shrink_thread_stacks(device: Any, stack_bytes: int = STACK_BYTES) -> tuple[int, int, int] | None:
+    """Ask the CUDA context of ``device`` (a torch.device) for ``stack_bytes`` of stack per thread and log
+    it -> (bytes per thread before, bytes the driver set, device bytes freed), or None without CuPy.
+    Call it before the first kernel runs: the driver blocks until queued work is done."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    import torch
+
+    rt = cupy.cuda.runtime
+    torch.cuda.init()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with torch.cuda.device(index), cupy.cuda.Device(index):
+        torch.cuda.synchronize()
+        free_before = torch.cuda.mem_get_info()[0]
+        before = int(rt.deviceGetLimit(_LIMIT_STACK_SIZE))
+        rt.deviceSetLimit(_LIMIT_STACK_SIZE, stack_bytes)
+        now = int(rt.deviceGetLimit(_LIMIT_STACK_SIZE))
+        freed = torch.cuda.mem_get_info()[0] - free_before
+    log.info(
+        "CUDA thread stacks: %d -> %d bytes per thread, %.0f MiB of the context's reservation freed (the "
+        "driver grows it again for any kernel that needs more)",
+        before,
+        now,
+        freed / 2**20,
+    )
+    return before, now, freed

@@ -26,13 +26,15 @@ from engine.model.loader import build_model
 from engine.ops import make_ops
 from engine.ops.compile import SLOW_COMPILE_S
 from engine.ops.compile import STATS as KERNEL_BUILDS
-from engine.worker.cuda_graphs import DecodeGraphs
+from engine.worker.cuda_graphs import DecodeGraphs, PoolHandle
 from engine.worker.memory import (
     MemorySplit,
     gib,
     measure_split,
     parse_bytes,
     plan_pools,
+    shrink_thread_stacks,
+    stack_limit,
     workspace_reserve,
 )
 from engine.worker.piecewise import PiecewiseGraphs, build_piecewise
@@ -94,6 +96,8 @@ class ModelRunner:
         mc = resolve_model(config.model)
         self.model_config = mc
         self.device = torch.device(mc.device)
+        if self.device.type == "cuda":
+            shrink_thread_stacks(self.device)  # before any kernel: the context's stack reservation
         if mc.dtype not in DTYPES:
             raise ValueError(f"unsupported dtype {mc.dtype!r} (bfloat16, float16 or float32)")
         self.dtype = DTYPES[mc.dtype]
@@ -143,7 +147,14 @@ class ModelRunner:
         self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids)
         if use_graphs:
             before = self._settled_use()  # measured as the plan's probe was: the logits buffer included
-            self.graphs = DecodeGraphs(self.model, self.cache, self.num_state_slots - 1, max_blocks, self.pdl)
+            self.graphs = DecodeGraphs(
+                self.model,
+                self.cache,
+                self.num_state_slots - 1,
+                max_blocks,
+                self.pdl,
+                pool=self._graph_pool(),
+            )
             if mc.cuda_graph_capture == "startup":
                 self.graphs.capture_all()
             else:
@@ -175,7 +186,11 @@ class ModelRunner:
         )
         if self.device.type == "cuda":
             self.memory = self._measure()
-            log.info("%s", self.memory.log_line(self.cache_config.mamba_ssm_cache_dtype))
+            log.info(
+                "%s; thread stacks %s bytes",
+                self.memory.log_line(self.cache_config.mamba_ssm_cache_dtype),
+                stack_limit(),
+            )
             log.info(
                 "kernels: %d modules built in %.1f s, %d of them over %.1f s each (NVRTC compiles; a load "
                 "from CuPy's disk cache takes milliseconds)",
@@ -276,14 +291,21 @@ class ModelRunner:
         torch.cuda.empty_cache()
         return self._used()
 
+    def _graph_pool(self) -> PoolHandle | None:
+        """The pool the decode graphs capture into: the piecewise graphs' when they exist (one pool for
+        both, as vLLM shares one), else a pool of their own."""
+        return self.piecewise.pool if self.piecewise is not None else None
+
     def _probe_graphs(self, max_seqs: int, max_blocks: int, every: bool) -> int:
         """Device bytes the decode graphs will hold, measured on the profile pool: the graphs the
         server captures at start-up (``every``: all of them; lazy: the largest) captured here and
         released again, counted device-wide (the shared logits buffer, the graph pool, each graph's
         static inputs, the driver's executable graphs). A probe of the largest graph alone, plus a
         mid-size one per further bucket, under-counted by 40-200 MiB (session 17 run 8); counting the
-        capture's growth instead of what release frees over-counted by 150 MiB (run 9)."""
-        probe = DecodeGraphs(self.model, self.cache, max_seqs, max_blocks, self.pdl)
+        capture's growth instead of what release frees over-counted by 150 MiB (run 9). In the
+        piecewise graphs' pool, what the probe grew stays reserved after release (those graphs hold the
+        pool), so it is in the memory in use the plan reads, and the real captures reuse it."""
+        probe = DecodeGraphs(self.model, self.cache, max_seqs, max_blocks, self.pdl, self._graph_pool())
         if every:
             probe.capture_all()
         else:
