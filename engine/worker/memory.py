@@ -194,7 +194,11 @@ def shrink_thread_stacks(device: Any, stack_bytes: int = STACK_BYTES) -> tuple[i
         torch.cuda.synchronize()
         free_before = torch.cuda.mem_get_info()[0]
         before = int(rt.deviceGetLimit(_LIMIT_STACK_SIZE))
-        rt.deviceSetLimit(_LIMIT_STACK_SIZE, stack_bytes)
+        try:
+            rt.deviceSetLimit(_LIMIT_STACK_SIZE, stack_bytes)
+        except rt.CUDARuntimeError as e:  # a memory saving only: serve with the driver's default
+            log.warning("CUDA thread stacks left at %d bytes per thread: %s", before, e)
+            return None
         now = int(rt.deviceGetLimit(_LIMIT_STACK_SIZE))
         freed = torch.cuda.mem_get_info()[0] - free_before
     log.info(

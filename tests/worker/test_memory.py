@@ -186,3 +186,55 @@ def test_4b_serves_w1_shaped_traffic_under_16gib(tmp_path: Path):
     assert all(v >= 0 for v in parts.values()), f"a negative part in the split: {parts}"
     assert split.cuda_graphs > 0, "the decode graphs were captured, so their pool is in the split"
     assert r["peak"] <= 16 * GIB, f"peak {r['peak'] / GIB:.2f} GiB over the 16 GiB budget"
+
+
+STACK_SCRIPT = textwrap.dedent(
+    """
+    import json
+
+    import cupy
+    import numpy as np
+    import torch
+
+    from engine.worker.memory import shrink_thread_stacks, stack_limit
+
+    torch.zeros(1, device="cuda")
+    before, now, freed = shrink_thread_stacks(torch.device("cuda"))
+    # a 2 KiB local array read at runtime indices: a 2 KiB stack frame the driver must grow for
+    src = r'''
+    extern "C" __global__ void deep_stack(const int* idx, float* out) {
+      float buf[512];
+      for (int i = 0; i < 512; ++i) buf[i] = i * 0.5f + threadIdx.x;
+      out[blockIdx.x * blockDim.x + threadIdx.x] = buf[idx[threadIdx.x] & 511];
+    }
+    '''
+    blocks = 4 * torch.cuda.get_device_properties(0).multi_processor_count
+    idx = cupy.asarray(np.arange(256, dtype=np.int32) * 7)
+    out = cupy.full(blocks * 256, np.nan, dtype=cupy.float32)
+    cupy.RawKernel(src, "deep_stack")((blocks,), (256,), (idx, out))
+    cupy.cuda.runtime.deviceSynchronize()
+    want = np.tile((np.arange(256) * 7 % 512) * 0.5 + np.arange(256), blocks).astype(np.float32)
+    print(json.dumps({"before": before, "now": now, "freed": freed, "after_kernel": stack_limit(),
+                      "exact": bool((cupy.asnumpy(out) == want).all())}))
+    """
+)
+
+
+@pytest.mark.gpu
+def test_no_thread_stack_up_front_and_the_driver_grows_it_for_a_kernel_that_needs_one():
+    """The runner's first step (shrink_thread_stacks) frees the context's stack reservation, and a
+    kernel with a 2 KiB stack frame launched afterwards still runs exactly: the driver grows the limit
+    for it (what makes asking for 0 safe). In a fresh process: the limit is process-wide."""
+    pytest.importorskip("cupy")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run(
+        [sys.executable, "-c", STACK_SCRIPT], capture_output=True, text=True, cwd=root, timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-4000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["before"] == 1024 and r["now"] < r["before"], r  # 1 KiB: the driver's default
+    assert r["freed"] > 0, r
+    assert r["exact"] and r["after_kernel"] >= 2048, r
