@@ -16,7 +16,10 @@ nothing reads them: every op in a piece is per row), and between them the layer 
 on the first ``T`` rows with the step's own ForwardBatch. The pieces read and write only static
 buffers (token ids, the residual stream, each layer's projection and core output) that live for the
 whole server; they never touch the KV or state pools, so graphs captured on the profile pool keep
-serving after it is replaced by the real pools.
+serving after it is replaced by the real pools. Nothing is copied between them: the residual stream
+is updated in place by both of a layer's adds, the cores write the core buffer directly, and the
+MLP's activation borrows the projection buffer while it is dead. The decode graphs capture into this
+pool too (engine/worker/cuda_graphs.py): graphs of both kinds replay one at a time on one stream.
 
 Why: an eager mixed step of the 4B model issues ~1,000 launches from Python, ~18 ms of host time
 against ~29 ms on the device, so any slowdown of the host's CPU lands on the step
