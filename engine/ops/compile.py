@@ -278,6 +278,22 @@ def check_cuda(name: str, t, dtype=None, dim: int | None = None) -> None:
         raise ValueError(f"{name}: expected {dim} dims, got shape {tuple(t.shape)}")
 
 
+def output(op: str, out, shape: tuple[int, ...], dtype, device):
+    """A kernel's output: a new contiguous ``shape`` tensor, or the caller's ``out`` (a static buffer)
+    checked to be ``dtype``, contiguous and of as many values, then viewed as ``shape``."""
+    import torch
+
+    if out is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    check_cuda(f"{op} out", out, dtype)
+    n = 1
+    for s in shape:
+        n *= s
+    if out.numel() != n or not out.is_contiguous():
+        raise ValueError(f"{op}: out must be contiguous with {n} values, got {tuple(out.shape)}")
+    return out.view(shape)
+
+
 def as_i32(t):
     """int32 view of an index tensor (converted by torch if it is int64)."""
     import torch

@@ -285,7 +285,7 @@ def test_silu_mul_kernel(fused_cuda, n, inter):
     dst = scratch[: n * inter].view(n, inter)
     assert fused_cuda.silu_mul(gu, out=dst).data_ptr() == dst.data_ptr() and torch.equal(dst, out)
     assert torch.isnan(scratch[n * inter :].float()).all(), "wrote past out"
-    with pytest.raises(ValueError, match="out must be a contiguous"):
+    with pytest.raises(ValueError, match="out must be contiguous"):
         fused_cuda.silu_mul(gu, out=scratch[: (n + 1) * inter].view(n + 1, inter))
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.ops.compile import as_i32, check_cuda, f32, i32, kernel, launch, ptr, tuning_row
+from engine.ops.compile import as_i32, f32, i32, kernel, launch, output, ptr, tuning_row
 
 SRC = "attention/paged_attention.cu"
 HEAD_DIMS = (64, 128, 256)
@@ -259,13 +259,7 @@ def paged_attention(
         raise ValueError(f"{OP}: max_query_len must be >= 1, got {max_query_len}")
     if int(max_seq_len) < 1:
         raise ValueError(f"{OP}: max_seq_len must be >= 1, got {max_seq_len}")
-    if out is None:
-        out = torch.empty((T, H, D), dtype=torch.bfloat16, device=q.device)
-    else:
-        check_cuda(f"{OP} out", out, torch.bfloat16)
-        if out.numel() != T * H * D or not out.is_contiguous():
-            raise ValueError(f"{OP}: out must be contiguous with {T * H * D} values, got {tuple(out.shape)}")
-        out = out.view(T, H, D)
+    out = output(OP, out, (T, H, D), torch.bfloat16, q.device)
     if T == 0 or B == 0:
         return out
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.ops.compile import arch_params, check_cuda, f32, i32, kernel, launch, ptr
+from engine.ops.compile import arch_params, check_cuda, f32, i32, kernel, launch, output, ptr
 
 SRC = "norm/gated_norm.cu"
 
@@ -38,13 +38,7 @@ def gated_rms_norm(x, z, weight, eps, out=None):
     ):
         raise ValueError(f"{op}: rows must be contiguous and 8-byte aligned")
     N = x2.shape[0]
-    if out is None:
-        out = torch.empty((N, dv), dtype=x.dtype, device=x.device)
-    else:
-        check_cuda(f"{op} out", out, torch.bfloat16)
-        if out.numel() != N * dv or not out.is_contiguous():
-            raise ValueError(f"{op}: out must be contiguous with {N * dv} values, got {tuple(out.shape)}")
-        out = out.view(N, dv)
+    out = output(op, out, (N, dv), x.dtype, x.device)
     if N == 0:
         return out.reshape(shape)
     warps = arch_params().norm_warps

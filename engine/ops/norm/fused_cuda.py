@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from engine.ops.attention.reference import _inv_freq
-from engine.ops.compile import check_cuda, f32, i32, kernel, launch, ptr
+from engine.ops.compile import check_cuda, f32, i32, kernel, launch, output, ptr
 
 SRC = "norm/fused.cu"
 SILU_THREADS = 256
@@ -116,7 +116,7 @@ def add_rms_norm(
 
 def silu_mul(gu: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """gu [N, 2I] bf16 (row stride allowed) -> silu(gu[:, :I]) * gu[:, I:] as [N, I] bf16, written into
-    ``out`` (contiguous [N, I] bf16) when given."""
+    ``out`` (contiguous bf16, N x I values) when given."""
     op = "silu_mul"
     check_cuda(f"{op} gu", gu, torch.bfloat16, dim=2)
     n, two_i = gu.shape
@@ -125,12 +125,7 @@ def silu_mul(gu: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     inter = two_i // 2
     if gu.stride(1) != 1:
         raise ValueError(f"{op}: gu rows must be contiguous")
-    if out is None:
-        out = torch.empty((n, inter), dtype=gu.dtype, device=gu.device)
-    else:
-        check_cuda(f"{op} out", out, torch.bfloat16, dim=2)
-        if out.shape != (n, inter) or not out.is_contiguous():
-            raise ValueError(f"{op}: out must be a contiguous [{n}, {inter}], got {tuple(out.shape)}")
+    out = output(op, out, (n, inter), gu.dtype, gu.device)
     if n == 0 or inter == 0:
         return out
     vec = 8 if inter % 8 == 0 and _rows_ok(gu) and out.data_ptr() % 16 == 0 else 1
