@@ -242,13 +242,12 @@ class ModelRunner:
         self._activation_peak = torch.cuda.max_memory_allocated(self.device) - torch.cuda.memory_allocated(
             self.device
         )
+        every = self.model_config.cuda_graph_capture == "startup"
         if use_graphs and "graphs.piecewise" in self.model_config.kernel_arms:
             # before the pools are sized, so what they hold is in the memory in use the plan reads
-            every = self.model_config.cuda_graph_capture == "startup"
             self.piecewise = build_piecewise(self.model, tokens, self.device, pdl=self.pdl, every=every)
         graph_bytes = 0
         if use_graphs:
-            every = self.model_config.cuda_graph_capture == "startup"
             graph_bytes = self._graph_plan = self._probe_graphs(sc.max_num_seqs, max_blocks, every)
         del self.cache
         torch.cuda.empty_cache()

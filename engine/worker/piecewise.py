@@ -165,7 +165,7 @@ class PiecewiseGraphs:
             raise ValueError(f"a step of {t} tokens is beyond the largest bucket, {self.buckets[-1]}")
         graphs = self.graphs.get(tb) if self.capturing else None
         if self.capturing and graphs is None:
-            graphs = self.capture(tb)
+            graphs = self.capture(tb)  # lazy capture; not called once captured (no_gc collects)
         self.ids[:t].copy_(fb.input_ids)
         meta = GDNMeta.from_batch(fb)
         m = self.model
