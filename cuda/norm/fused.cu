@@ -129,12 +129,15 @@ __global__ void __launch_bounds__(TPR * ROWS)
 }
 
 // ---------------------------------------------------------------------------------------------------
-// silu_mul: gu [N, 2I] bf16 (row stride), out [N, I] contiguous; one thread per VEC outputs.
+// silu_mul: gu [N, 2I] bf16 and out [N, I] bf16, each with a row stride; one thread per VEC outputs.
 // silu(g) * u in fp32 from the bf16 inputs, one rounding (torch rounds silu(g) to bf16 first, so the
-// two differ by at most about one bf16 ulp). grid: ceil(N * I / VEC / THREADS), block: THREADS.
+// two differ by at most about one bf16 ulp). out may be gu's gate half itself (out == gu, out_stride ==
+// gu_stride): each thread loads its gate and up values before it stores over the gate, and no other
+// thread reads them, so gu and out carry no __restrict__. grid: ceil(N * I / VEC / THREADS), block:
+// THREADS.
 template <int VEC, int THREADS>
 __global__ void __launch_bounds__(THREADS)
-    silu_mul_kernel(const bf16_t* __restrict__ gu, long long gu_stride, bf16_t* __restrict__ out, int N, int I) {
+    silu_mul_kernel(const bf16_t* gu, long long gu_stride, bf16_t* out, long long out_stride, int N, int I) {
   DS_PDL_BEGIN();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
   static_assert(VEC == 8 || VEC == 1, "16-byte vectors or scalars");
   const int per_row = I / VEC;
@@ -143,18 +146,19 @@ __global__ void __launch_bounds__(THREADS)
   const int row = (int)(idx / per_row);
   const int c0 = (int)(idx % per_row) * VEC;
   const bf16_t* g = gu + row * gu_stride + c0;
+  bf16_t* o_row = out + row * out_stride + c0;
   if (VEC == 8) {
     float gf[8], uf[8], o[8];
     fu_unpack8(*reinterpret_cast<const uint4*>(g), gf);
     fu_unpack8(*reinterpret_cast<const uint4*>(g + I), uf);
 #pragma unroll
     for (int e = 0; e < 8; ++e) o[e] = gf[e] / (1.0f + expf(-gf[e])) * uf[e];
-    *reinterpret_cast<uint4*>(out + (size_t)row * I + c0) = fu_pack8(o);
+    *reinterpret_cast<uint4*>(o_row) = fu_pack8(o);
   } else {
     const float gf = fu_bf16_to_f(g[0]), uf = fu_bf16_to_f(g[I]);
     unsigned short r;
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(gf / (1.0f + expf(-gf)) * uf));
-    out[(size_t)row * I + c0] = r;
+    o_row[0] = r;
   }
 }
 
@@ -249,8 +253,8 @@ template __global__ void add_rms_norm_kernel<1, 320, 1, false, true>(const bf16_
 template __global__ void add_rms_norm_kernel<1, 32, 4, true, false>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
 template __global__ void add_rms_norm_kernel<1, 8, 16, true, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
 template __global__ void add_rms_norm_kernel<2, 320, 1, true, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
-template __global__ void silu_mul_kernel<8, 256>(const bf16_t*, long long, bf16_t*, int, int);
-template __global__ void silu_mul_kernel<1, 256>(const bf16_t*, long long, bf16_t*, int, int);
+template __global__ void silu_mul_kernel<8, 256>(const bf16_t*, long long, bf16_t*, long long, int, int);
+template __global__ void silu_mul_kernel<1, 256>(const bf16_t*, long long, bf16_t*, long long, int, int);
 template __global__ void qk_norm_rope_kv_kernel<256, true>(const bf16_t*, int, int, const bf16_t*, int, int, const bf16_t*, int, int, const void*, const void*, float, const long long*, const float*, int, bf16_t*, bf16_t*, const long long*, bf16_t*, int, int);
 template __global__ void qk_norm_rope_kv_kernel<64, false>(const bf16_t*, int, int, const bf16_t*, int, int, const bf16_t*, int, int, const void*, const void*, float, const long long*, const float*, int, bf16_t*, bf16_t*, const long long*, bf16_t*, int, int);
 #endif

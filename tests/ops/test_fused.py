@@ -93,6 +93,10 @@ def test_silu_mul_reference_out():
     gu = rand(rng, 5, 32, dtype=torch.bfloat16)
     out = torch.full((5, 16), float("nan"), dtype=torch.bfloat16)
     assert ref.silu_mul(gu, out=out) is out and torch.equal(out, ref.silu_mul(gu))
+    # in place over the gate half, as the piecewise MLP runs it: the same values, the up half kept
+    own = gu.clone()
+    act = ref.silu_mul(own, out=own[:, :16])
+    assert act.data_ptr() == own.data_ptr() and torch.equal(act, out) and torch.equal(own[:, 16:], gu[:, 16:])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -287,6 +291,18 @@ def test_silu_mul_kernel(fused_cuda, n, inter):
     assert torch.isnan(scratch[n * inter :].float()).all(), "wrote past out"
     with pytest.raises(ValueError, match="out must be contiguous"):
         fused_cuda.silu_mul(gu, out=scratch[: (n + 1) * inter].view(n + 1, inter))
+    # a row-strided out (every other row of a wider buffer) gets the same bits, and nothing between
+    wide = torch.full((n, 2 * inter), float("nan"), dtype=torch.bfloat16, device="cuda")
+    assert fused_cuda.silu_mul(gu, out=wide[:, :inter]).data_ptr() == wide.data_ptr()
+    assert torch.equal(wide[:, :inter], out) and torch.isnan(wide[:, inter:].float()).all()
+    # in place over its own gate half (the piecewise MLP): the same bits, the up half untouched
+    own = gu.clone()
+    act = fused_cuda.silu_mul(own, out=own[:, :inter])
+    assert act.data_ptr() == own.data_ptr() and act.stride(0) == own.stride(0)
+    assert torch.equal(act, out) and torch.equal(own[:, inter:], gu[:, inter:])
+    if n > 1:  # any other overlap with gu would read values another thread already overwrote
+        with pytest.raises(ValueError, match="overlaps gu"):
+            fused_cuda.silu_mul(own, out=own[:, 1 : 1 + inter])
 
 
 @pytest.mark.gpu

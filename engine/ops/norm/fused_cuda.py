@@ -114,9 +114,16 @@ def add_rms_norm(
     return y, h
 
 
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last) device bytes a 2-D tensor with unit column stride touches."""
+    n, m = t.shape
+    return t.data_ptr(), t.data_ptr() + ((n - 1) * t.stride(0) + m) * t.element_size()
+
+
 def silu_mul(gu: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """gu [N, 2I] bf16 (row stride allowed) -> silu(gu[:, :I]) * gu[:, I:] as [N, I] bf16, written into
-    ``out`` (contiguous bf16, N x I values) when given."""
+    ``out`` when given: N x I contiguous values, or an [N, I] view with a row stride, which may be
+    ``gu[:, :I]`` itself (in place: the piecewise MLP's activation over its own gate half)."""
     op = "silu_mul"
     check_cuda(f"{op} gu", gu, torch.bfloat16, dim=2)
     n, two_i = gu.shape
@@ -125,17 +132,24 @@ def silu_mul(gu: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     inter = two_i // 2
     if gu.stride(1) != 1:
         raise ValueError(f"{op}: gu rows must be contiguous")
-    out = output(op, out, (n, inter), gu.dtype, gu.device)
+    if out is not None and out.dim() == 2 and tuple(out.shape) == (n, inter) and out.stride(1) == 1:
+        check_cuda(f"{op} out", out, torch.bfloat16)  # a row-strided view, used as it is
+    else:
+        out = output(op, out, (n, inter), gu.dtype, gu.device)
     if n == 0 or inter == 0:
         return out
-    vec = 8 if inter % 8 == 0 and _rows_ok(gu) and out.data_ptr() % 16 == 0 else 1
+    (g0, g1), (o0, o1) = _span(gu), _span(out)
+    in_place = o0 == g0 and out.stride(0) == gu.stride(0)
+    if o0 < g1 and g0 < o1 and not in_place:
+        raise ValueError(f"{op}: out overlaps gu other than as its gate half gu[:, :{inter}]")
+    vec = 8 if inter % 8 == 0 and _rows_ok(gu) and _rows_ok(out) else 1
     fn = kernel(SRC, f"silu_mul_kernel<{vec}, {SILU_THREADS}>")
     items = n * inter // vec
     launch(
         fn,
         (-(-items // SILU_THREADS),),
         (SILU_THREADS,),
-        (ptr(gu), _i64(gu.stride(0)), ptr(out), i32(n), i32(inter)),
+        (ptr(gu), _i64(gu.stride(0)), ptr(out), _i64(out.stride(0)), i32(n), i32(inter)),
         pdl=True,
     )
     return out
