@@ -41,16 +41,19 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 
 MAX_GRAPH_KV_TOKENS = 1 << 17
 
 
-_CAPTURE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+_CAPTURE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
 def capture_stream(device: torch.device) -> torch.cuda.Stream:
-    """One stream per device for every warm-up and capture, for the whole process. cuBLAS keeps a
-    workspace (32 MiB on Hopper) per stream it ever ran on, never freed: a fresh side stream per
-    capture left ~0.25 GiB of them behind after the lazily captured buckets of a W1 run."""
-    s = _CAPTURE_STREAMS.get(device)
+    """One stream per device for the whole process: every capture, and (ModelRunner) every step.
+    cuBLAS keeps a workspace (32 MiB on Hopper) per stream it ever ran on, never freed, and torch's
+    allocator caches blocks per stream: a fresh side stream per capture left ~0.25 GiB of workspaces
+    behind after the lazily captured buckets of a W1 run, and serving on the default stream beside
+    this one kept a second workspace and a second block cache. ``cuda`` and ``cuda:0`` are one key."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    s = _CAPTURE_STREAMS.get(index)
     if s is None:
-        s = _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
+        s = _CAPTURE_STREAMS[index] = torch.cuda.Stream(torch.device("cuda", index))
     return s
 
 
@@ -123,6 +126,7 @@ class DecodeGraphs:
         max_blocks: int,
         pdl: bool = False,
         pool: PoolHandle | None = None,
+        logits: torch.Tensor | None = None,
     ):
         self.model, self.cache = model, cache
         self.pdl = pdl  # arm graphs.pdl: capture the kernels that support it as programmatic launches
@@ -135,9 +139,15 @@ class DecodeGraphs:
         self.pool = torch.cuda.graph_pool_handle() if pool is None else pool
         self.graphs: dict[tuple[int, int], _Graph] = {}
         # One logits buffer for every graph (a replay's rows are sampled before the next replay), so
-        # each captured bucket does not keep a [B, vocab] fp32 output of its own.
-        vocab = model.cfg.vocab_size
-        self.logits = torch.empty((self.batch_buckets[-1], vocab), dtype=torch.float32, device=self._device())
+        # each captured bucket does not keep a [B, vocab] fp32 output of its own; ``logits`` lends one
+        # (the piecewise graphs' scratch, dead between steps: PiecewiseGraphs.logits_buffer).
+        shape = (self.batch_buckets[-1], model.cfg.vocab_size)
+        if logits is not None and (tuple(logits.shape) != shape or logits.dtype != torch.float32):
+            raise ValueError(f"decode graphs' logits buffer: need {shape} fp32, got {tuple(logits.shape)}")
+        self.owns_logits = logits is None
+        if logits is None:
+            logits = torch.empty(shape, dtype=torch.float32, device=self._device())
+        self.logits = logits
         self.reserved_bytes = 0  # torch memory reserved by the captures so far (the graph pool)
         self.max_kv_tokens = MAX_GRAPH_KV_TOKENS if pads_attention(model.ops.paged_attention) else None
 
@@ -261,7 +271,7 @@ class DecodeGraphs:
             # pool's growth alone (read before, the warm-up's freed transients counted against it:
             # 56 captures at start-up summed to -1.44 GiB)
             reserved = torch.cuda.memory_reserved(fb.input_ids.device)
-            out.copy_(self.model(fb, self.cache))
+            self.model(fb, self.cache, out=out)
         self.reserved_bytes += torch.cuda.memory_reserved(fb.input_ids.device) - reserved
         log.debug("captured decode graph: batch %d, %d KV blocks", batch, blocks)
         return _Graph(graph, fb, out)

@@ -11,6 +11,7 @@ measured on a small profile pool.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -26,7 +27,7 @@ from engine.model.loader import build_model
 from engine.ops import make_ops
 from engine.ops.compile import SLOW_COMPILE_S
 from engine.ops.compile import STATS as KERNEL_BUILDS
-from engine.worker.cuda_graphs import DecodeGraphs, PoolHandle
+from engine.worker.cuda_graphs import DecodeGraphs, PoolHandle, capture_stream
 from engine.worker.memory import (
     MemorySplit,
     gib,
@@ -96,8 +97,14 @@ class ModelRunner:
         mc = resolve_model(config.model)
         self.model_config = mc
         self.device = torch.device(mc.device)
+        self.stream: torch.cuda.Stream | None = None
         if self.device.type == "cuda":
             shrink_thread_stacks(self.device)  # before any kernel: the context's stack reservation
+            # Everything runs on the capture stream: one cuBLAS workspace, one allocator stream
+            # (engine/worker/cuda_graphs.py, capture_stream). This thread's later work follows it;
+            # launch() and execute() enter it themselves, whichever thread calls them.
+            self.stream = capture_stream(self.device)
+            torch.cuda.set_stream(self.stream)
         if mc.dtype not in DTYPES:
             raise ValueError(f"unsupported dtype {mc.dtype!r} (bfloat16, float16 or float32)")
         self.dtype = DTYPES[mc.dtype]
@@ -154,6 +161,7 @@ class ModelRunner:
                 max_blocks,
                 self.pdl,
                 pool=self._graph_pool(),
+                logits=self._graph_logits(self.num_state_slots - 1),
             )
             if mc.cuda_graph_capture == "startup":
                 self.graphs.capture_all()
@@ -295,6 +303,11 @@ class ModelRunner:
         both, as vLLM shares one), else a pool of their own."""
         return self.piecewise.pool if self.piecewise is not None else None
 
+    def _graph_logits(self, max_seqs: int) -> torch.Tensor | None:
+        """The decode graphs' logits buffer, lent by the piecewise graphs when it fits their scratch."""
+        pw = self.piecewise
+        return pw.logits_buffer(max_seqs, self.vocab_size) if pw is not None else None
+
     def _probe_graphs(self, max_seqs: int, max_blocks: int, every: bool) -> int:
         """Device bytes the decode graphs will hold, measured on the profile pool: the graphs the
         server captures at start-up (``every``: all of them; lazy: the largest) captured here and
@@ -304,7 +317,8 @@ class ModelRunner:
         capture's growth instead of what release frees over-counted by 150 MiB (run 9). In the
         piecewise graphs' pool, what the probe grew stays reserved after release (those graphs hold the
         pool), so it is in the memory in use the plan reads, and the real captures reuse it."""
-        probe = DecodeGraphs(self.model, self.cache, max_seqs, max_blocks, self.pdl, self._graph_pool())
+        pool, logits = self._graph_pool(), self._graph_logits(max_seqs)
+        probe = DecodeGraphs(self.model, self.cache, max_seqs, max_blocks, self.pdl, pool, logits)
         if every:
             probe.capture_all()
         else:
@@ -318,7 +332,9 @@ class ModelRunner:
     def _measure(self) -> MemorySplit:
         torch.cuda.synchronize(self.device)
         itemsize = torch.tensor([], dtype=self.dtype).element_size()  # every parameter is in the model dtype
-        graphs = self.graphs.reserved_bytes + self.graphs.logits.numel() * 4 if self.graphs else 0
+        graphs = 0
+        if self.graphs is not None:  # a lent logits buffer is the piecewise graphs' (counted below)
+            graphs = self.graphs.reserved_bytes + self.graphs.owns_logits * self.graphs.logits.numel() * 4
         graphs += self.piecewise.reserved_bytes if self.piecewise else 0
         return measure_split(
             weights=self.model.num_parameters() * itemsize,
@@ -331,9 +347,13 @@ class ModelRunner:
             total=self._total,
         )
 
+    def _on_stream(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext() if self.stream is None else torch.cuda.stream(self.stream)
+
     def execute(self, batch: ForwardBatch) -> torch.Tensor:
         """Logits ``[len(batch.logits_indices), vocab]`` in fp32."""
-        return self.model(batch, self.cache)
+        with self._on_stream():
+            return self.model(batch, self.cache)
 
     def execute_model(self, seqs: list[ScheduledSeq]) -> SamplerOutput:
         return self.launch(seqs).result()
@@ -341,6 +361,10 @@ class ModelRunner:
     def launch(self, seqs: list[ScheduledSeq], prev: PendingStep | None = None) -> Launched:
         """Queue one step on the device and return before its tokens reach the host. Rows with
         ``prev_row >= 0`` read their input token from ``prev``'s sampled tokens on the device."""
+        with self._on_stream():
+            return self._launch(seqs, prev)
+
+    def _launch(self, seqs: list[ScheduledSeq], prev: PendingStep | None) -> Launched:
         sampled = [s for s in seqs if s.sample]
         # The sampling tensors go to the device ahead of the forward, once per step.
         batch = self.sampler.prepare(

@@ -18,8 +18,10 @@ buffers (token ids, the residual stream, each layer's projection and core output
 whole server; they never touch the KV or state pools, so graphs captured on the profile pool keep
 serving after it is replaced by the real pools. Nothing is copied between them: the residual stream
 is updated in place by both of a layer's adds, the cores write the core buffer directly, and the
-MLP's activation borrows the projection buffer while it is dead. The decode graphs capture into this
-pool too (engine/worker/cuda_graphs.py): graphs of both kinds replay one at a time on one stream.
+MLP's gate|up projection and activation borrow the projection and core buffer while it is dead; so
+do the step's logits after the last piece, and the decode graphs' logits. The decode graphs capture
+into this pool too (engine/worker/cuda_graphs.py): graphs of both kinds replay one at a time on one
+stream.
 
 Why: an eager mixed step of the 4B model issues ~1,000 launches from Python, ~18 ms of host time
 against ~29 ms on the device, so any slowdown of the host's CPU lands on the step
@@ -99,8 +101,11 @@ class PiecewiseGraphs:
         self.ids = zeros(tmax, dtype=torch.int64)  # padded rows keep valid token ids (0 or stale)
         self.h = zeros(tmax, cfg.hidden_size)  # the residual stream between pieces
         self.x = zeros(tmax, cfg.hidden_size)  # the last MLP's output
-        self._proj = zeros(tmax * max(self.proj_width))
-        self._core = zeros(tmax * max(self.core_width))
+        # One scratch buffer: each layer's projection at its start, its core output after that, and
+        # the MLP's [T, 2I] gate|up projection over both once both are dead (see mlp_scratch).
+        self._core_at = tmax * max(self.proj_width)
+        self.mlp_width = 2 * cfg.intermediate_size
+        self.scratch = zeros(max(self._core_at + tmax * max(self.core_width), tmax * self.mlp_width))
         self.graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.reserved_bytes = 0  # torch memory the buffers and the graph pool hold (build_piecewise)
@@ -111,20 +116,31 @@ class PiecewiseGraphs:
     def proj(self, i: int, tb: int) -> torch.Tensor:
         """Layer i's projection output at bucket ``tb``: [tb, width], contiguous."""
         w = self.proj_width[i]
-        return self._proj[: tb * w].view(tb, w)
-
-    def act(self, tb: int) -> torch.Tensor | None:
-        """Scratch for the MLP's [tb, I] activation: the projection buffer, dead between a layer's core
-        (its last reader) and the next layer's input projection (its next writer), when it is large
-        enough (36 MiB out of the 4B's graph pool at 2,048 tokens); else None (from the pool)."""
-        inter = self.model.cfg.intermediate_size
-        if inter > max(self.proj_width):
-            return None
-        return self._proj[: tb * inter].view(tb, inter)
+        return self.scratch[: tb * w].view(tb, w)
 
     def core(self, i: int, tb: int) -> torch.Tensor:
+        """Layer i's core output (out_proj's input) at bucket ``tb``, past every projection's rows."""
         w = self.core_width[i]
-        return self._core[: tb * w].view(tb, w)
+        return self.scratch[self._core_at : self._core_at + tb * w].view(tb, w)
+
+    def mlp_scratch(self, tb: int) -> torch.Tensor:
+        """The MLP's [tb, 2I] gate|up projection, its activation written over the gate half: the whole
+        scratch buffer, dead by then (the layer's projection was last read by its core, the core output
+        by the output projection before the MLP) until the next layer's input projection writes it. Without it
+        the 4B's graph pool held 72 MiB of projection and 36 MiB of activation at 2,048 tokens."""
+        return self.scratch[: tb * self.mlp_width].view(tb, self.mlp_width)
+
+    def logits_buffer(self, rows: int, vocab: int) -> torch.Tensor | None:
+        """A [rows, vocab] fp32 view of the scratch buffer for a step's logits, or None when it does
+        not fit. The scratch is dead from the last piece's MLP to the next step's first piece, and a
+        step's logits are sampled on this stream before the next step starts, so the piecewise steps
+        and the decode graphs (engine/worker/cuda_graphs.py) both write their logits here instead of
+        keeping a [max_num_seqs, vocab] fp32 buffer (31 MiB for the 4B at 32 sequences) beside it."""
+        size = self.scratch.element_size()
+        words = rows * vocab * 4 // size
+        if words > self.scratch.numel() or 4 % size:
+            return None
+        return self.scratch[:words].view(torch.float32).view(rows, vocab)
 
     def piece(self, k: int, tb: int) -> None:
         """Piece k over ``tb`` rows of the static buffers (what a graph of bucket ``tb`` captures)."""
@@ -137,7 +153,12 @@ class PiecewiseGraphs:
             return
         # the residual stream is updated in place by both adds (add_rms_norm's h_out)
         x, _ = m.layer_out(
-            k - 1, self.core(k - 1, tb), h, out=self.x[:tb] if last else None, h_out=h, act=self.act(tb)
+            k - 1,
+            self.core(k - 1, tb),
+            h,
+            out=self.x[:tb] if last else None,
+            h_out=h,
+            mlp_scratch=self.mlp_scratch(tb),
         )
         if not last:
             m.layer_in(k, x, h, out=self.proj(k, tb), h_out=h)
@@ -145,9 +166,11 @@ class PiecewiseGraphs:
     @torch.inference_mode()
     def run(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
         """The step's fp32 logits ``[len(fb.logits_indices), vocab]``, as ``model(fb, cache)`` computes
-        them, through the pieces of the smallest bucket that holds the step."""
+        them, through the pieces of the smallest bucket that holds the step. They live in the scratch
+        buffer (:meth:`logits_buffer`) when they fit: read them before the next step runs."""
         x, h = self._decoder(fb, cache)
-        return self.model.logits(x, h, fb.logits_indices)
+        out = self.logits_buffer(len(fb.logits_indices), self.model.cfg.vocab_size)
+        return self.model.logits(x, h, fb.logits_indices, out=out)
 
     @torch.inference_mode()
     def hidden_states(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:

@@ -59,12 +59,14 @@ class MLP(nn.Module):
         self.down = _param(cfg.hidden_size, cfg.intermediate_size, dtype=dtype)
 
     def forward(
-        self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None, act: torch.Tensor | None = None
+        self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None, scratch: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """SwiGLU MLP -> [T, hidden] (into ``out``); the [T, I] activation goes into ``act`` when given
-        (scratch the caller knows is dead here: the piecewise graphs lend their projection buffer)."""
-        gu = ops.linear(x, self.gate_up)  # [T, 2I]
-        return ops.linear(ops.silu_mul(gu, out=act), self.down, out=out)
+        """SwiGLU MLP -> [T, hidden] (into ``out``). With ``scratch`` ([T, 2I], memory the caller knows
+        is dead here: the piecewise graphs lend their projection buffer), the gate|up projection goes
+        there and the activation overwrites its gate half in place, so the MLP allocates nothing."""
+        gu = ops.linear(x, self.gate_up, out=scratch)  # [T, 2I]
+        act = ops.silu_mul(gu, out=None if scratch is None else gu[:, : self.inter])
+        return ops.linear(act, self.down, out=out)
 
 
 class GatedDeltaNet(nn.Module):

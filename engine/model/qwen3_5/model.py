@@ -59,11 +59,12 @@ class Qwen35Model(nn.Module):
         self._full_idx = {layer: i for i, layer in enumerate(cfg.full_layers)}
 
     @torch.inference_mode()
-    def forward(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
-        """Returns fp32 logits ``[len(fb.logits_indices), vocab]`` for the sampled positions: the last
-        residual add and the final norm run on those rows only, fused into one op."""
+    def forward(self, fb: ForwardBatch, cache: ModelCache, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Returns fp32 logits ``[len(fb.logits_indices), vocab]`` for the sampled positions (into
+        ``out`` when given): the last residual add and the final norm run on those rows only, fused
+        into one op."""
         x, h = self._decoder(fb, cache)
-        return self.logits(x, h, fb.logits_indices)
+        return self.logits(x, h, fb.logits_indices, out=out)
 
     @torch.inference_mode()
     def compute_logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -136,20 +137,26 @@ class Qwen35Model(nn.Module):
         h: torch.Tensor,
         out: torch.Tensor | None = None,
         h_out: torch.Tensor | None = None,
-        act: torch.Tensor | None = None,
+        mlp_scratch: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer i's mixer output projection, residual add, post norm and MLP -> (MLP output, residual);
-        ``out`` and ``h_out`` (which may be ``h``) receive them, ``act`` the MLP's activation."""
+        ``out`` and ``h_out`` (which may be ``h``) receive them, ``mlp_scratch`` ([T, 2I]) the MLP's
+        gate|up projection and activation."""
         layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
         x = layer.mixer.output(c, self.ops)
         y, h = self.ops.add_rms_norm(x, h, layer.post_norm, self.cfg.rms_norm_eps, h_out=h_out)
-        return layer.mlp(y, self.ops, out=out, act=act), h
+        return layer.mlp(y, self.ops, out=out, scratch=mlp_scratch), h
 
-    def logits(self, x: torch.Tensor, h: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
-        """fp32 logits of ``rows``: the last residual add and the final norm on those rows alone."""
+    def logits(
+        self, x: torch.Tensor, h: torch.Tensor | None, rows: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """fp32 logits of ``rows``: the last residual add and the final norm on those rows alone; into
+        ``out`` ([len(rows), vocab] fp32, e.g. a decode graph's static output) when given, so no fp32
+        copy of them is allocated."""
         eps = self.cfg.rms_norm_eps
         y, _ = self.ops.add_rms_norm(x[rows], None if h is None else h[rows], self.norm, eps)
-        return self.ops.linear(y, self.lm_head).float()
+        z = self.ops.linear(y, self.lm_head)
+        return z.float() if out is None else out.copy_(z)
 
     def cache_spec(self) -> CacheSpec:
         return cache_spec(self.cfg)
