@@ -5,6 +5,12 @@ only allocate it, in the model dtype except the GDN recurrent state, whose dtype
 ``--mamba-ssm-cache-dtype`` (fp32 by default, bf16 to halve the slot size). Block 0 of the KV pool
 and slot 0 of the state pool are reserved as padding targets; the allocators in
 ``engine.core.kv_manager`` never hand them out.
+
+With ``shared_pad_slot`` (the CUDA kernels, which never read or write a slot <= 0) the state pools
+hold no slot 0 of their own per layer: layer j's slot 0 is layer j-1's last slot (layer 0's, one
+padding row), so the layers' views overlap by that row and ``L - 1`` slot rows are saved (47 MiB for
+the 4B's fp32 state). The torch reference ops write padding rows to slot 0, so they get the plain
+layout.
 """
 
 from __future__ import annotations
@@ -75,8 +81,10 @@ class ModelCache:
         dtype: torch.dtype,
         device: torch.device | str,
         ssm_dtype: torch.dtype = torch.float32,
+        shared_pad_slot: bool = False,
     ) -> ModelCache:
-        """KV and conv state in ``dtype``, the recurrent state in ``ssm_dtype`` (fp32 or bf16)."""
+        """KV and conv state in ``dtype``, the recurrent state in ``ssm_dtype`` (fp32 or bf16);
+        ``shared_pad_slot``: the layers share one padding row (module docstring)."""
         if num_blocks < 2 or num_slots < 2:
             raise ValueError("need at least 2 KV blocks and 2 state slots (index 0 is reserved)")
         if ssm_dtype not in SSM_DTYPES:
@@ -86,14 +94,37 @@ class ModelCache:
         # One allocation per pool kind; layers are views, so the pool is one contiguous block.
         k = torch.zeros(kv_shape, dtype=dtype, device=device)
         v = torch.zeros(kv_shape, dtype=dtype, device=device)
-        conv = torch.zeros((nl, num_slots, *spec.conv_state_shape), dtype=dtype, device=device)
-        ssm = torch.zeros((nl, num_slots, *spec.ssm_state_shape), dtype=ssm_dtype, device=device)
+        conv = _state_pool(nl, num_slots, spec.conv_state_shape, dtype, device, shared_pad_slot)
+        ssm = _state_pool(nl, num_slots, spec.ssm_state_shape, ssm_dtype, device, shared_pad_slot)
         return ModelCache(
             k_cache=list(k.unbind(0)),
             v_cache=list(v.unbind(0)),
-            conv_state=list(conv.unbind(0)),
-            ssm_state=list(ssm.unbind(0)),
+            conv_state=conv,
+            ssm_state=ssm,
             num_blocks=num_blocks,
             block_size=block_size,
             num_slots=num_slots,
         )
+
+    @property
+    def state_bytes(self) -> int:
+        """Device bytes of the GDN state pools as allocated (a shared padding row counted once)."""
+        return sum(
+            views[0].untyped_storage().nbytes() for views in (self.conv_state, self.ssm_state) if views
+        )
+
+
+def _state_pool(
+    layers: int,
+    slots: int,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device | str,
+    shared_pad_slot: bool,
+) -> list[torch.Tensor]:
+    """Per-layer ``[slots, *shape]`` views of one allocation; with ``shared_pad_slot``, layer j's view
+    starts at layer j-1's last slot, which serves as its never-touched slot 0."""
+    if not shared_pad_slot or layers == 0:
+        return list(torch.zeros((layers, slots, *shape), dtype=dtype, device=device).unbind(0))
+    rows = torch.zeros((layers * (slots - 1) + 1, *shape), dtype=dtype, device=device)
+    return [rows[j * (slots - 1) : j * (slots - 1) + slots] for j in range(layers)]

@@ -6,6 +6,7 @@ test_model_gpu.py."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -120,6 +121,80 @@ def test_decode_graph_replay_bit_equal_to_eager(tmp_path, pdl):
     for t, a in zip(pools, after, strict=True):  # the state a replay leaves equals the eager step's
         assert torch.equal(t, a)
     report(test="graph_replay_bit_equal", backend=backend, bucket=list(key), pdl=pdl)
+
+
+def test_layers_sharing_one_padding_row_serve_what_plain_pools_do(tmp_path, monkeypatch):
+    """With the CUDA kernels the GDN layers share one padding row (ModelCache shared_pad_slot): layer
+    j's slot 0 is layer j-1's last slot. Decode graphs pad their batch with slot-0 rows, so a padded
+    replay while the last slot's sequence waits would overwrite that sequence's state in the layer
+    below if any kernel wrote a padding row. Eight sequences fill every slot; decode steps of five
+    (three padding rows), of all eight and of the last one alone give the plain pools' tokens and
+    leave every live slot of every layer bit for bit equal to theirs."""
+    from engine.model.cache import ModelCache
+    from engine.sampling_params import SamplingParams
+    from engine.worker.step import ScheduledSeq
+
+    if not _has_cupy():
+        pytest.skip("the shared padding row is for the CUDA kernels")
+    d = _small_ckpt(tmp_path)
+    shared = _small_runner(d, "bfloat16", "cuda", eager=False)
+    allocate = ModelCache.allocate
+    monkeypatch.setattr(
+        ModelCache, "allocate", staticmethod(lambda *a, **k: allocate(*a, **(k | {"shared_pad_slot": False})))
+    )
+    plain = _small_runner(d, "bfloat16", "cuda", eager=False)
+    sc, pc = shared.cache, plain.cache
+    layers, slots = len(sc.ssm_state), sc.num_slots
+    assert shared.shared_pad_slot and slots == 9 and layers >= 2
+    # the runners turn on expandable segments before they allocate (unless the environment chose)
+    chosen = "expandable_segments" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    assert shared.expandable_segments or chosen
+    if shared.expandable_segments:
+        assert any(seg.get("is_expandable") for seg in torch.cuda.memory_snapshot())
+    for j in range(1, layers):  # layer j's slot 0 is the row of layer j-1's last slot
+        assert sc.ssm_state[j][0].data_ptr() == sc.ssm_state[j - 1][slots - 1].data_ptr()
+        assert sc.conv_state[j][0].data_ptr() == sc.conv_state[j - 1][slots - 1].data_ptr()
+    row = pc.state_bytes // (layers * slots)
+    assert pc.state_bytes - sc.state_bytes == (layers - 1) * row
+
+    greedy = SamplingParams(temperature=0.0)
+    prompts = [[7 + i, 3, 250, 11, 90] * (2 + i) for i in range(8)]
+    tables, nxt = [], 1
+    for p in prompts:
+        n = -(-(len(p) + 4) // shared.block_size)
+        tables.append(list(range(nxt, nxt + n)))
+        nxt += n
+
+    def run(r: ModelRunner) -> list[list[int]]:
+        first = [
+            ScheduledSeq(token_ids=p, num_computed=0, block_ids=tables[i], state_slot=i + 1, params=greedy)
+            for i, p in enumerate(prompts)
+        ]
+        out = r.execute_model(first).token_ids
+        steps, last, made = [out], list(out), [1] * 8
+        for rows in ([0, 1, 2, 3, 4], list(range(8)), [7]):
+            seqs = [
+                ScheduledSeq(
+                    token_ids=[last[i]],
+                    num_computed=len(prompts[i]) + made[i] - 1,
+                    block_ids=tables[i],
+                    state_slot=i + 1,
+                    params=greedy,
+                    num_output=made[i],
+                )
+                for i in rows
+            ]
+            assert r.graphs is not None and r.graphs.bucket(seqs) is not None  # replayed from a graph
+            toks = r.execute_model(seqs).token_ids
+            for i, t in zip(rows, toks, strict=True):
+                last[i], made[i] = t, made[i] + 1
+            steps.append(toks)
+        return steps
+
+    assert run(shared) == run(plain)
+    for a, b in zip(sc.conv_state + sc.ssm_state, pc.conv_state + pc.ssm_state, strict=True):
+        assert torch.equal(a[1:], b[1:])  # every live slot of every layer
+    report(test="shared_padding_row", layers=layers, saved_bytes=pc.state_bytes - sc.state_bytes)
 
 
 def test_graph_and_eager_runners_generate_same_tokens(tmp_path):
