@@ -157,6 +157,29 @@ def plan_pools(
     return slots, max(0, kv // block_bytes)
 
 
+def use_expandable_segments() -> bool:
+    """Have torch's allocator grow one mapped segment per stream (``expandable_segments:True``)
+    instead of caching separate cudaMalloc blocks, unless ``PYTORCH_CUDA_ALLOC_CONF`` (or
+    ``PYTORCH_ALLOC_CONF``) already chooses; True when it is on. Blocks of one size cannot serve a
+    request of another, so with fixed segments a serving step's transients kept claiming new memory:
+    W1's peak at 32 slots was 11,945 MiB, 11,819 with expandable segments, in the same session
+    (docs/bench-evidence/2026-12-01-memory-s20.md). Call it before the runner allocates anything:
+    segments made before keep their kind."""
+    import os
+
+    import torch
+
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get("PYTORCH_ALLOC_CONF", "")
+    if "expandable_segments" in conf:
+        return "expandable_segments:true" in conf.replace(" ", "").lower()
+    setter = getattr(torch.cuda.memory, "_set_allocator_settings", None)
+    if setter is None:  # a torch without the runtime switch: fixed segments, as before
+        log.warning("torch has no allocator settings switch: expandable segments stay off")
+        return False
+    setter("expandable_segments:True")
+    return True
+
+
 # cudaLimitStackSize. The CUDA context reserves this much local memory per thread for every thread the
 # device can hold at once; the driver's default of 1 KiB costs 264 MiB on an H200 (132 SMs x 2,048
 # threads; 198 MiB of it freed at 256 bytes, measured in docs/bench-evidence/2026-12-01-memory-s19.md),

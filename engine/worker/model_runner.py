@@ -36,6 +36,7 @@ from engine.worker.memory import (
     plan_pools,
     shrink_thread_stacks,
     stack_limit,
+    use_expandable_segments,
     workspace_reserve,
 )
 from engine.worker.piecewise import PiecewiseGraphs, build_piecewise
@@ -98,7 +99,9 @@ class ModelRunner:
         self.model_config = mc
         self.device = torch.device(mc.device)
         self.stream: torch.cuda.Stream | None = None
+        self.expandable_segments = False
         if self.device.type == "cuda":
+            self.expandable_segments = use_expandable_segments()  # before the first allocation
             shrink_thread_stacks(self.device)  # before any kernel: the context's stack reservation
             # Everything runs on the capture stream: one cuBLAS workspace, one allocator stream
             # (engine/worker/cuda_graphs.py, capture_stream). This thread's later work follows it;
@@ -111,6 +114,8 @@ class ModelRunner:
         # Backend and arms were settled by resolve_model: build exactly what the config says.
         self.gdn_backend = mc.gdn_backend
         self.ops = make_ops(mc.gdn_backend, frozenset(mc.kernel_arms))
+        # the CUDA kernels never touch a slot <= 0, so the GDN layers can share one padding row
+        self.shared_pad_slot = self.device.type == "cuda" and mc.gdn_backend == "cuda"
         self.pdl = "graphs.pdl" in mc.kernel_arms  # how the decode graphs launch (engine/ops/launch_ex.py)
         self.model = build_model(mc.model, self.ops, self.dtype, self.device, mc.load_format, mc.seed)
         cfg = self.model.cfg
@@ -150,6 +155,7 @@ class ModelRunner:
             self.dtype,
             self.device,
             ssm_dtype=self.ssm_dtype,
+            shared_pad_slot=self.shared_pad_slot,
         )
         self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids)
         if use_graphs:
@@ -183,7 +189,7 @@ class ModelRunner:
             "capacity: %d concurrent requests (GDN state slots, %.1f MiB, recurrent state in %s), %d KV "
             "tokens in %d blocks of %d (%.1f MiB; %.1f requests at the full max_model_len %d)",
             self.num_state_slots - 1,
-            self.num_state_slots * self._slot_bytes() / 2**20,
+            self.cache.state_bytes / 2**20,
             self.cache_config.mamba_ssm_cache_dtype,
             kv_tokens,
             self.num_kv_blocks - 1,
@@ -195,9 +201,10 @@ class ModelRunner:
         if self.device.type == "cuda":
             self.memory = self._measure()
             log.info(
-                "%s; thread stacks %s bytes",
+                "%s; thread stacks %s bytes; expandable segments %s",
                 self.memory.log_line(self.cache_config.mamba_ssm_cache_dtype),
                 stack_limit(),
+                "on" if self.expandable_segments else "off",
             )
             log.info(
                 "kernels: %d modules built in %.1f s, %d of them over %.1f s each (NVRTC compiles; a load "
@@ -241,7 +248,14 @@ class ModelRunner:
         tokens = sc.max_num_batched_tokens
         probe_blocks, probe_slots = probe_pool_size(tokens, sc.max_num_seqs, bs)
         self.cache = ModelCache.allocate(
-            self.cache_spec, probe_blocks, bs, probe_slots, self.dtype, self.device, ssm_dtype=self.ssm_dtype
+            self.cache_spec,
+            probe_blocks,
+            bs,
+            probe_slots,
+            self.dtype,
+            self.device,
+            ssm_dtype=self.ssm_dtype,
+            shared_pad_slot=self.shared_pad_slot,
         )
         torch.cuda.reset_peak_memory_stats(self.device)
         for specs in warmup_batches(tokens, sc.max_num_seqs, bs, probe_slots - 1):
@@ -339,7 +353,7 @@ class ModelRunner:
         return measure_split(
             weights=self.model.num_parameters() * itemsize,
             kv_cache=self.num_kv_blocks * kv_bytes_per_block(self.cache_spec, self.block_size, self.dtype),
-            state_pool=self.num_state_slots * self._slot_bytes(),
+            state_pool=self.cache.state_bytes,
             cuda_graphs=graphs,
             activation_peak=self._activation_peak,
             torch_reserved=torch.cuda.memory_reserved(self.device),

@@ -16,6 +16,7 @@ from engine.worker.memory import (
     measure_split,
     parse_bytes,
     plan_pools,
+    use_expandable_segments,
     workspace_reserve,
 )
 
@@ -238,3 +239,13 @@ def test_no_thread_stack_up_front_and_the_driver_grows_it_for_a_kernel_that_need
     assert r["before"] == 1024 and r["now"] < r["before"], r  # 1 KiB: the driver's default
     assert r["freed"] > 0, r
     assert r["exact"] and r["after_kernel"] >= 2048, r
+
+
+@pytest.mark.parametrize(
+    ("conf", "on"),
+    [("expandable_segments:False", False), ("max_split_size_mb:64,expandable_segments:True", True)],
+)
+def test_expandable_segments_follow_an_allocator_setting_the_environment_made(monkeypatch, conf, on):
+    """Whoever set PYTORCH_CUDA_ALLOC_CONF's expandable_segments decides; the runner does not override it."""
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", conf)
+    assert use_expandable_segments() is on
