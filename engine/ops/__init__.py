@@ -51,11 +51,12 @@ paged_attention(q [T, H, D], k_cache, v_cache, block_table [B, M], query_start_l
     position <= its own (the tokens of this step must already be written). GQA: head h uses kv head
     h // (H // Hkv). Softmax in fp32. gate [T, H, D] (any row strides): out.to(q.dtype) * sigmoid(gate).
     out: T * H * D contiguous values that receive the result (a piecewise graph's static buffer).
-add_rms_norm(x [N, D], residual [N, D] | None, weight [D], eps, h_out=None) -> (y [N, D], h [N, D])
+add_rms_norm(x [N, D], residual [N, D] | None, weight [D], eps, h_out=None, y_out=None) -> (y, h) [N, D]
     h = residual + x in x.dtype (h is x when residual is None); y = rms_norm(h, weight, eps). With
-    h_out [N, D] (which may be residual itself), h is written there (needs a residual).
+    h_out [N, D] (which may be residual itself), h is written there (needs a residual); with y_out
+    (contiguous, apart from the inputs), y.
 silu_mul(gu [N, 2I], out=None) -> [N, I]
-    silu(gu[:, :I]) * gu[:, I:] (SwiGLU on the fused gate|up projection).
+    silu(gu[:, :I]) * gu[:, I:] (SwiGLU on the fused gate|up projection); out may be gu[:, :I].
 qk_norm_rope_kv(qg [T, H, 2D], k [T, Hkv, D], v [T, Hkv, D], q_norm [D], k_norm [D], eps, positions [T],
                 rotary_dim, theta, k_cache, v_cache, slot_mapping [T]) -> q [T, H, D]
     qg holds each head's query then its gate; exactly rms_norm(q), rms_norm(k), apply_rope(q, k) and

@@ -144,24 +144,26 @@ class PiecewiseGraphs:
 
     def piece(self, k: int, tb: int) -> None:
         """Piece k over ``tb`` rows of the static buffers (what a graph of bucket ``tb`` captures)."""
-        m, h = self.model, self.h[:tb]
+        m, h, x = self.model, self.h[:tb], self.x[:tb]
         last = k == self.num_layers
-        if k == 0:
-            x = m.embed(self.ids[:tb])
-            m.layer_in(0, x, None, out=self.proj(0, tb))
-            h.copy_(x)  # the embedding starts the residual stream
+        if k == 0:  # the embedding starts the residual stream
+            m.layer_in(0, m.embed(self.ids[:tb], out=h), None, out=self.proj(0, tb), norm_out=x)
             return
-        # the residual stream is updated in place by both adds (add_rms_norm's h_out)
-        x, _ = m.layer_out(
+        # The residual stream is updated in place by both adds (add_rms_norm's h_out). x holds, in
+        # turn, the output projection (read by the first add alone), the next layer's normalised
+        # input (or, in the last piece, the MLP's output): the graph pool keeps only the post norm's
+        # output and the MLP's, 20 MiB of the 4B at 2,048 tokens.
+        mlp, _ = m.layer_out(
             k - 1,
             self.core(k - 1, tb),
             h,
-            out=self.x[:tb] if last else None,
+            out=x if last else None,
             h_out=h,
             mlp_scratch=self.mlp_scratch(tb),
+            mixer_out=x,
         )
         if not last:
-            m.layer_in(k, x, h, out=self.proj(k, tb), h_out=h)
+            m.layer_in(k, mlp, h, out=self.proj(k, tb), h_out=h, norm_out=x)
 
     @torch.inference_mode()
     def run(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:

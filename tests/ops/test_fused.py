@@ -86,6 +86,9 @@ def test_add_rms_norm_h_out_in_place_and_apart(dtype):
     assert h is stream and torch.equal(stream, want_h) and torch.equal(y, want_y)
     with pytest.raises(ValueError, match="h_out needs a residual"):
         ref.add_rms_norm(x, None, w, 1e-6, h_out=out)
+    y_buf = torch.full_like(res, float("nan"))
+    y, h = ref.add_rms_norm(x, res, w, 1e-6, y_out=y_buf)
+    assert y is y_buf and torch.equal(y, want_y) and torch.equal(h, want_h)
 
 
 def test_silu_mul_reference_out():
@@ -260,6 +263,15 @@ def test_add_rms_norm_kernel_writes_h_in_place(fused_cuda, n, d):
     assert torch.equal(base[:, d:], tail), "wrote past the rows' d values"
     with pytest.raises(ValueError, match="h_out needs a residual"):
         fused_cuda.add_rms_norm(x, None, w, 1e-6, h_out=stream)
+    # y_out (the piecewise graphs' static x) gets the same y bits; it may not overlap an input
+    y_buf = torch.full((n + 1, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    y2, h2 = fused_cuda.add_rms_norm(x, want_h.clone(), w, 1e-6, y_out=y_buf[:n])
+    assert y2.data_ptr() == y_buf.data_ptr() and torch.equal(y2, want_y)
+    assert torch.isnan(y_buf[n:].float()).all(), "wrote past y_out"
+    with pytest.raises(ValueError, match="y_out overlaps x"):
+        fused_cuda.add_rms_norm(x, h2, w, 1e-6, y_out=x)
+    with pytest.raises(ValueError, match="y_out overlaps residual"):
+        fused_cuda.add_rms_norm(x, h2, w, 1e-6, h_out=h2, y_out=h2)
 
 
 @pytest.mark.gpu

@@ -95,8 +95,11 @@ class Qwen35Model(nn.Module):
     # replay; layer_core reads the batch's sequence layout and runs eagerly. Each norm folds in the
     # residual add before it, so the last add is left to logits().
 
-    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(input_ids, self.embed_tokens)
+    def embed(self, input_ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Token embeddings [T, hidden], into ``out`` when given (the same rows F.embedding gathers)."""
+        if out is None:
+            return F.embedding(input_ids, self.embed_tokens)
+        return torch.index_select(self.embed_tokens, 0, input_ids, out=out)
 
     def layer_in(
         self,
@@ -105,11 +108,14 @@ class Qwen35Model(nn.Module):
         h: torch.Tensor | None,
         out: torch.Tensor | None = None,
         h_out: torch.Tensor | None = None,
+        norm_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer i's residual add, input norm and mixer input projection -> (projection, residual);
-        ``out`` and ``h_out`` (which may be ``h``: the residual stream in place) receive them."""
+        ``out`` and ``h_out`` (which may be ``h``: the residual stream in place) receive them,
+        ``norm_out`` the normalised rows the projection reads."""
         layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
-        y, h = self.ops.add_rms_norm(x, h, layer.input_norm, self.cfg.rms_norm_eps, h_out=h_out)
+        eps = self.cfg.rms_norm_eps
+        y, h = self.ops.add_rms_norm(x, h, layer.input_norm, eps, h_out=h_out, y_out=norm_out)
         return layer.mixer.project(y, self.ops, out=out), h
 
     def layer_core(
@@ -138,12 +144,14 @@ class Qwen35Model(nn.Module):
         out: torch.Tensor | None = None,
         h_out: torch.Tensor | None = None,
         mlp_scratch: torch.Tensor | None = None,
+        mixer_out: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer i's mixer output projection, residual add, post norm and MLP -> (MLP output, residual);
         ``out`` and ``h_out`` (which may be ``h``) receive them, ``mlp_scratch`` ([T, 2I]) the MLP's
-        gate|up projection and activation."""
+        gate|up projection and activation, ``mixer_out`` the output projection (read by the add
+        alone, so it may be ``out``)."""
         layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
-        x = layer.mixer.output(c, self.ops)
+        x = layer.mixer.output(c, self.ops, out=mixer_out)
         y, h = self.ops.add_rms_norm(x, h, layer.post_norm, self.cfg.rms_norm_eps, h_out=h_out)
         return layer.mlp(y, self.ops, out=out, scratch=mlp_scratch), h
 

@@ -63,10 +63,12 @@ def add_rms_norm(
     weight: torch.Tensor,
     eps: float,
     h_out: torch.Tensor | None = None,
+    y_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """x, residual [N, D] bf16 (row strides allowed) -> (y, h) [N, D] bf16, h = residual + x
     (h is x itself when residual is None, as in the reference). ``h_out`` [N, D] (row strides allowed,
-    may be ``residual`` itself: an in-place residual stream) receives h instead of a new tensor."""
+    may be ``residual`` itself: an in-place residual stream) receives h instead of a new tensor, and
+    ``y_out`` (contiguous, apart from x, residual and h) receives y."""
     op = "add_rms_norm"
     check_cuda(f"{op} x", x, torch.bfloat16, dim=2)
     n, d = x.shape
@@ -86,10 +88,14 @@ def add_rms_norm(
         check_cuda(f"{op} h_out", h_out, torch.bfloat16, dim=2)
         if h_out.shape != x.shape or not _rows_ok(h_out):
             raise ValueError(f"{op}: h_out must be {tuple(x.shape)} with contiguous, 16-byte aligned rows")
-    y = torch.empty((n, d), dtype=x.dtype, device=x.device)
+    y = output(op, y_out, (n, d), x.dtype, x.device)
     h = x if residual is None else h_out if h_out is not None else torch.empty_like(y)
     if n == 0:
         return y, h
+    if y_out is not None:
+        for name, t in (("x", x), ("residual", residual), ("h_out", h_out)):
+            if t is not None and _overlaps(y, t):
+                raise ValueError(f"{op}: y_out overlaps {name}")
     has_res = "false" if residual is None else "true"
     fn = kernel(SRC, f"add_rms_norm_kernel<{vpt}, {tpr}, {rows}, {has_res}, {wb}>")
     res = x if residual is None else residual  # never read without the residual: any valid pointer
@@ -120,6 +126,11 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return t.data_ptr(), t.data_ptr() + ((n - 1) * t.stride(0) + m) * t.element_size()
 
 
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1
+
+
 def silu_mul(gu: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """gu [N, 2I] bf16 (row stride allowed) -> silu(gu[:, :I]) * gu[:, I:] as [N, I] bf16, written into
     ``out`` when given: N x I contiguous values, or an [N, I] view with a row stride, which may be
@@ -138,9 +149,8 @@ def silu_mul(gu: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         out = output(op, out, (n, inter), gu.dtype, gu.device)
     if n == 0 or inter == 0:
         return out
-    (g0, g1), (o0, o1) = _span(gu), _span(out)
-    in_place = o0 == g0 and out.stride(0) == gu.stride(0)
-    if o0 < g1 and g0 < o1 and not in_place:
+    in_place = out.data_ptr() == gu.data_ptr() and out.stride(0) == gu.stride(0)
+    if _overlaps(out, gu) and not in_place:
         raise ValueError(f"{op}: out overlaps gu other than as its gate half gu[:, :{inter}]")
     vec = 8 if inter % 8 == 0 and _rows_ok(gu) and _rows_ok(out) else 1
     fn = kernel(SRC, f"silu_mul_kernel<{vec}, {SILU_THREADS}>")

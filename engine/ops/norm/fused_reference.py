@@ -19,16 +19,18 @@ def add_rms_norm(
     weight: torch.Tensor,
     eps: float,
     h_out: torch.Tensor | None = None,
+    y_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(h), h) with ``h = residual + x`` in the model dtype (``h = x`` without a residual).
-    ``h_out`` (which may be ``residual`` itself) receives h instead of a new tensor."""
+    ``h_out`` (which may be ``residual`` itself) receives h instead of a new tensor, ``y_out`` y."""
     if residual is None:
         if h_out is not None:
             raise ValueError("add_rms_norm: h_out needs a residual (without one, h is x itself)")
         h = x
     else:
         h = torch.add(residual, x, out=h_out) if h_out is not None else residual + x  # [N, D]
-    return rms_norm(h, weight, eps), h
+    y = rms_norm(h, weight, eps)
+    return (y, h) if y_out is None else (y_out.copy_(y), h)
 
 
 def silu_mul(gu: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
