@@ -1,13 +1,15 @@
 // K5 gated RMSNorm (math in gated_norm.cuh). x [N, DV] bf16 (row stride), z [N, DV] bf16 (row
 // stride), weight [DV], out [N, DV] bf16 contiguous. One warp per row: each lane owns DV / 32
-// consecutive elements. grid: ceil(N / WARPS), block: WARPS * 32.
+// consecutive elements, loaded before the warp's reduction and stored after it, so out may be x itself
+// (contiguous rows: the GDN core normalises the delta rule's output in place); x and out carry no
+// __restrict__ for that. grid: ceil(N / WARPS), block: WARPS * 32.
 #include "common/arch_params.cuh"
 #include "norm/gated_norm.cuh"
 
 template <int DV, int WARPS, bool W_BF16>
 __global__ void __launch_bounds__(WARPS * 32)
-    gated_rms_norm_kernel(const bf16_t* __restrict__ x, int x_stride, const bf16_t* __restrict__ z, int z_stride,
-                          const void* __restrict__ weight, bf16_t* __restrict__ out, int N, float eps) {
+    gated_rms_norm_kernel(const bf16_t* x, int x_stride, const bf16_t* __restrict__ z, int z_stride,
+                          const void* __restrict__ weight, bf16_t* out, int N, float eps) {
   constexpr int PER = DV / 32;
   static_assert(DV == 128 && PER == 4, "one 8-byte vector per lane of a 128-wide row");
   const int row = blockIdx.x * WARPS + (threadIdx.x >> 5);

@@ -31,7 +31,7 @@ gdn_gating(a [T, Nv], b [T, Nv], A_log [Nv], dt_bias [Nv]) -> (g [T, Nv] fp32, b
     g = -exp(A_log.float()) * softplus(a.float() + dt_bias.float()); beta = sigmoid(b) in b.dtype, then fp32.
 chunk_gated_delta_rule(q [T, Nk, dk], k [T, Nk, dk], v [T, Nv, dv], g [T, Nv], beta [T, Nv],
                        ssm_state [S, Nv, dk, dv], query_start_loc [B+1], state_slot [B],
-                       has_initial_state [B], max_query_len) -> o [T, Nv, dv] in v.dtype
+                       has_initial_state [B], max_query_len, out=None) -> o [T, Nv, dv] in v.dtype
     Value head j reads key head j // (Nv // Nk). q, k are L2-normalised in fp32 (eps 1e-6 added to the
     sum of squares) and q is scaled by dk**-0.5 inside. Chunk size 64 from each sequence's first new
     token, HF torch_chunk_gated_delta_rule math. Initial state from ssm_state[slot] when

@@ -253,6 +253,7 @@ def test_add_rms_norm_kernel_writes_h_in_place(fused_cuda, n, d):
     rng = np.random.default_rng(30 + n + d)
     x = rand(rng, n, d, scale=2.0, dtype=torch.bfloat16, device="cuda")
     base = rand(rng, n, d + 8, scale=4.0, dtype=torch.bfloat16, device="cuda")
+    res0 = base[:, :d].clone()  # the residual before the in-place update below
     w = rand(rng, d, scale=0.3, dtype=torch.bfloat16, device="cuda")
     want_y, want_h = fused_cuda.add_rms_norm(x, base[:, :d].contiguous(), w, 1e-6)
     assert torch.equal(want_h, ref.add_rms_norm(x, base[:, :d], w, 1e-6)[1])
@@ -265,8 +266,8 @@ def test_add_rms_norm_kernel_writes_h_in_place(fused_cuda, n, d):
         fused_cuda.add_rms_norm(x, None, w, 1e-6, h_out=stream)
     # y_out (the piecewise graphs' static x) gets the same y bits; it may not overlap an input
     y_buf = torch.full((n + 1, d), float("nan"), dtype=torch.bfloat16, device="cuda")
-    y2, h2 = fused_cuda.add_rms_norm(x, want_h.clone(), w, 1e-6, y_out=y_buf[:n])
-    assert y2.data_ptr() == y_buf.data_ptr() and torch.equal(y2, want_y)
+    y2, h2 = fused_cuda.add_rms_norm(x, res0, w, 1e-6, y_out=y_buf[:n])
+    assert y2.data_ptr() == y_buf.data_ptr() and torch.equal(y2, want_y) and torch.equal(h2, want_h)
     assert torch.isnan(y_buf[n:].float()).all(), "wrote past y_out"
     with pytest.raises(ValueError, match="y_out overlaps x"):
         fused_cuda.add_rms_norm(x, h2, w, 1e-6, y_out=x)

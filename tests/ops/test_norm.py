@@ -110,3 +110,7 @@ def test_gated_rms_norm(wdtype):
     assert torch.equal(ref.gated_rms_norm(x, z, w, 1e-6, out=out).view(N, dv), want)
     with pytest.raises(ValueError, match="out must be contiguous"):
         norm.gated_rms_norm(x, z, w, 1e-6, out=out[:-8])
+    # in place (the GDN core normalises the delta rule's output where it lies): the same bits
+    own = x.clone()
+    assert norm.gated_rms_norm(own, z, w, 1e-6, out=own).data_ptr() == own.data_ptr()
+    assert torch.equal(own, got)

@@ -184,6 +184,10 @@ class GatedDeltaNet(nn.Module):
                     q[:nd], k[:nd], v[:nd], g[:nd], beta[:nd], ssm_state, meta.decode_slots
                 )
             )
+        dv = cfg.linear_value_head_dim
+        # A prefill-only core (the piecewise path's) has the delta rule write ``out`` and normalises
+        # it there in place: no [T, Nv, dv] temporary beside the conv output.
+        direct = out is not None and nd == 0
         if nd < t:
             outs.append(
                 ops.chunk_gated_delta_rule(
@@ -197,10 +201,10 @@ class GatedDeltaNet(nn.Module):
                     meta.prefill_slots,
                     meta.prefill_has_state,
                     meta.prefill_max_len,
+                    out=out if direct else None,
                 )
             )
         o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, Nv, dv]
-        dv = cfg.linear_value_head_dim
         dst = None if out is None else out.view(-1, dv)
         y = ops.gated_rms_norm(o.reshape(-1, dv), z.reshape(-1, dv), self.norm_weight, cfg.rms_norm_eps, dst)
         return y.reshape(t, cfg.value_dim) if out is None else out

@@ -33,7 +33,10 @@ SRC = "attention/paged_attention.cu"
 HEAD_DIMS = (64, 128, 256)
 BLOCK_SIZES = (16, 32, 64)
 MAX_SPLITS = 64  # PA_MAX_SPLITS in the .cu (the combine kernel's shared lse array)
-WORKSPACE_BYTES = 64 << 20  # fp32 split partials: O [splits, T, H, D] + lse
+# fp32 split partials O [splits, T, H, D] + lse: a step's largest transient when it splits. Splits pay
+# where few work items leave SMs idle (decode-sized steps, whose partials are small); a step large
+# enough to need more than this has work items to spare.
+WORKSPACE_BYTES = 16 << 20
 LOG2E = 1.4426950408889634
 OP = "paged_attention"
 

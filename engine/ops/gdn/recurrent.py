@@ -22,6 +22,7 @@ from engine.ops.compile import (
     i32,
     kernel,
     launch,
+    output,
     ptr,
 )
 from engine.ops.gdn.state import STATE_TYPES, state_type
@@ -121,8 +122,10 @@ def chunk_gated_delta_rule(
     state_slot,
     has_initial_state,
     max_query_len,
+    out=None,
 ):
-    """q, k [T, Nk, 128], v [T, Nv, 128] bf16, g, beta [T, Nv] fp32 -> o [T, Nv, 128] bf16.
+    """q, k [T, Nk, 128], v [T, Nv, 128] bf16, g, beta [T, Nv] fp32 -> o [T, Nv, 128] bf16 (into ``out``,
+    T x Nv x 128 contiguous values, when given).
 
     ssm_state [S, Nv, 128, 128] fp32 or bf16 is read (has_initial_state) and written by slot, slots > 0
     only; a bf16 state is rounded once, when the sequence's last token is done.
@@ -130,7 +133,7 @@ def chunk_gated_delta_rule(
     op = "chunk_gated_delta_rule"
     T, nk, nv, g, beta = _check(op, q, k, v, g, beta, ssm_state)
     B = _check_varlen(op, query_start_loc, state_slot, has_initial_state)
-    out = torch.empty((T, nv, DV), dtype=v.dtype, device=v.device)
+    out = output(op, out, (T, nv, DV), v.dtype, v.device)
     if B == 0:
         return out
     _launch(

@@ -66,12 +66,15 @@ def chunk_gated_delta_rule(
     state_slot: torch.Tensor,
     has_initial_state: torch.Tensor,
     max_query_len: int,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Chunked gated delta rule over a flat varlen batch; ``ssm_state[slot]`` (fp32 or bf16) is
     updated in place, computed in fp32 and rounded to its dtype once at the end.
 
-    q, k ``[T, Nk, dk]``, v ``[T, Nv, dv]``, g, beta ``[T, Nv]`` -> o ``[T, Nv, dv]`` in v.dtype.
+    q, k ``[T, Nk, dk]``, v ``[T, Nv, dv]``, g, beta ``[T, Nv]`` -> o ``[T, Nv, dv]`` in v.dtype, into
+    ``out`` (as many contiguous values) when given.
     """
+    dst = out
     num_tokens, num_v_heads, _ = v.shape
     dk = k.shape[-1]
     padded = -(-max_query_len // CHUNK) * CHUNK
@@ -127,8 +130,9 @@ def chunk_gated_delta_rule(
         state = state * chunk_decay[:, :, i] + key[:, :, i].transpose(-1, -2) @ v_new
 
     ssm_state.index_copy_(0, slots, state.to(ssm_state.dtype))
-    out = out.reshape(out.shape[0], num_v_heads, padded, -1).transpose(1, 2)  # [B, L, Nv, dv]
-    return unpack(out, ix).to(v.dtype)  # [T, Nv, dv]
+    o = out.reshape(out.shape[0], num_v_heads, padded, -1).transpose(1, 2)  # [B, L, Nv, dv]
+    o = unpack(o, ix).to(v.dtype)  # [T, Nv, dv]
+    return o if dst is None else dst.view(o.shape).copy_(o)
 
 
 def recurrent_gated_delta_rule(

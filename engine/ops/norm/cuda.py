@@ -11,7 +11,7 @@ SRC = "norm/gated_norm.cu"
 
 def gated_rms_norm(x, z, weight, eps, out=None):
     """x, z [N, dv] bf16 (row strides allowed), weight [dv] bf16 or fp32 -> [N, dv] bf16, written into
-    ``out`` (x's shape, contiguous bf16) when given."""
+    ``out`` (x's shape, contiguous bf16) when given; ``out`` may be x itself (in place)."""
     op = "gated_rms_norm"
     check_cuda(f"{op} x", x, torch.bfloat16)
     check_cuda(f"{op} z", z, torch.bfloat16)
