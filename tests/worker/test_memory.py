@@ -178,9 +178,11 @@ def test_4b_serves_w1_shaped_traffic_under_16gib(tmp_path: Path):
     assert split.total == 16 * GIB
     assert abs(split.used - r["used_at_start"]) <= 0.01 * r["used_at_start"]
     assert split.weights == 4_205_751_296 * 2
-    # every decode graph is captured at start-up; the plan reserved what they took (a mid-size
-    # probe capture per bucket), so the process starts inside --gpu-memory-utilization
-    assert 0 < r["graphs"] <= r["graph_plan"] + 16 * MIB, (r["graphs"], r["graph_plan"])
+    # every decode graph is captured at start-up; the plan reserved what they took (the probe
+    # captures every bucket), so the process starts inside --gpu-memory-utilization. They may take
+    # nothing device-wide: their transients fit the pool they share with the piecewise graphs, and
+    # their logits live in the piecewise scratch (0 and 2 MiB on the 4B in session 20)
+    assert 0 <= r["graphs"] <= r["graph_plan"] + 16 * MIB, (r["graphs"], r["graph_plan"])
     start = r["used_at_start"] / GIB
     assert start <= 0.9 * 16, f"start-up {start:.3f} GiB over the 0.9 x 16 GiB budget"
     parts = split.as_dict()
