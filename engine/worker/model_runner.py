@@ -12,10 +12,8 @@ measured on a small profile pool.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,6 +26,7 @@ from engine.ops import make_ops
 from engine.ops.compile import SLOW_COMPILE_S
 from engine.ops.compile import STATS as KERNEL_BUILDS
 from engine.worker.cuda_graphs import DecodeGraphs, PoolHandle, capture_stream
+from engine.worker.launched import Launched, patch_inputs, read_eos_ids
 from engine.worker.memory import (
     MemorySplit,
     gib,
@@ -42,55 +41,13 @@ from engine.worker.memory import (
 from engine.worker.piecewise import PiecewiseGraphs, build_piecewise
 from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
 from engine.worker.resolve import resolve_cache, resolve_model
-from engine.worker.sampler import SampledTokens, Sampler
+from engine.worker.sampler import Sampler
 from engine.worker.step import PendingStep, SamplerOutput, ScheduledSeq
 from engine.worker.warmup import probe_pool_size, warmup_batches
 
 log = logging.getLogger(__name__)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
-
-@dataclass
-class Launched:
-    """A step queued on the device: its sampled tokens (copy to the host in flight) and the prompt
-    logprobs (computed on the host at launch, since that step ran eagerly)."""
-
-    tokens: SampledTokens | None
-    scored: list
-
-    def result(self) -> SamplerOutput:
-        if self.tokens is None:
-            return SamplerOutput([], [], self.scored)
-        ids, logprobs = self.tokens.host()
-        return SamplerOutput(ids, logprobs, self.scored)
-
-
-def _patch(input_ids: torch.Tensor, feed: tuple | None) -> None:
-    """Write the tokens sampled by the previous step into this step's input rows, on the device."""
-    if feed is None:
-        return
-    tokens, src, dst = feed
-    n = len(src)
-    if src == list(range(n)) and dst == src:  # the steady state: the same batch, one step on
-        input_ids[:n].copy_(tokens[:n])
-        return
-    idx = torch.tensor([src, dst], dtype=torch.int64)
-    cuda = input_ids.device.type == "cuda"
-    idx = (idx.pin_memory() if cuda else idx).to(input_ids.device, non_blocking=cuda)
-    input_ids.index_copy_(0, idx[1], tokens.index_select(0, idx[0]))
-
-
-def read_eos_ids(path: Path, fallback: tuple[int, ...]) -> tuple[int, ...]:
-    """generation_config.json's eos_token_id (Qwen3.5 lists both <|im_end|> and <|endoftext|>)."""
-    gen = path / "generation_config.json"
-    if gen.is_file():
-        eos = json.loads(gen.read_text()).get("eos_token_id")
-        if isinstance(eos, int):
-            return (eos,)
-        if isinstance(eos, list) and eos:
-            return tuple(int(e) for e in eos)
-    return fallback
 
 
 class ModelRunner:
@@ -395,10 +352,10 @@ class ModelRunner:
         # piecewise (or eagerly) like a prefill.
         key = self.graphs.bucket(seqs) if self.graphs is not None and not scoring else None
         if key is not None:
-            logits = self.graphs.run(seqs, key, lambda ids: _patch(ids, feed))  # type: ignore[union-attr]
+            logits = self.graphs.run(seqs, key, lambda ids: patch_inputs(ids, feed))  # type: ignore[union-attr]
         else:
             fb = ForwardBatch.build(seqs, self.block_size, self.device)
-            _patch(fb.input_ids, feed)
+            patch_inputs(fb.input_ids, feed)
             pw = self.piecewise
             if pw is not None and pw.bucket(fb.num_tokens) is None:
                 pw = None  # beyond the largest bucket: eager
