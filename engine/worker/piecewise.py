@@ -136,9 +136,8 @@ class PiecewiseGraphs:
         step's logits are sampled on this stream before the next step starts, so the piecewise steps
         and the decode graphs (engine/worker/cuda_graphs.py) both write their logits here instead of
         keeping a [max_num_seqs, vocab] fp32 buffer (31 MiB for the 4B at 32 sequences) beside it."""
-        size = self.scratch.element_size()
-        words = rows * vocab * 4 // size
-        if words > self.scratch.numel() or 4 % size:
+        words = rows * vocab * 4 // self.scratch.element_size()  # the model dtype: 2 or 4 bytes
+        if words > self.scratch.numel():
             return None
         return self.scratch[:words].view(torch.float32).view(rows, vocab)
 

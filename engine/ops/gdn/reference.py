@@ -74,7 +74,6 @@ def chunk_gated_delta_rule(
     q, k ``[T, Nk, dk]``, v ``[T, Nv, dv]``, g, beta ``[T, Nv]`` -> o ``[T, Nv, dv]`` in v.dtype, into
     ``out`` (as many contiguous values) when given.
     """
-    dst = out
     num_tokens, num_v_heads, _ = v.shape
     dk = k.shape[-1]
     padded = -(-max_query_len // CHUNK) * CHUNK
@@ -118,7 +117,7 @@ def chunk_gated_delta_rule(
     k_cumdecay = torch.linalg.solve_triangular(ut_system, decayed_k_beta, upper=False, unitriangular=True)
 
     state = _initial_state(ssm_state, slots, has_initial_state)  # [B, Nv, dk, dv]
-    out = torch.zeros_like(new_values)  # [B, Nv, n, C, dv]
+    acc = torch.zeros_like(new_values)  # [B, Nv, n, C, dv]
 
     query = query * cum.exp().unsqueeze(-1)
     key = key * (cum[..., -1:] - cum).exp().unsqueeze(-1)
@@ -126,13 +125,13 @@ def chunk_gated_delta_rule(
 
     for i in range(num_chunks):
         v_new = new_values[:, :, i] - k_cumdecay[:, :, i] @ state  # [B, Nv, C, dv]
-        out[:, :, i] = query[:, :, i] @ state + intra[:, :, i] @ v_new
+        acc[:, :, i] = query[:, :, i] @ state + intra[:, :, i] @ v_new
         state = state * chunk_decay[:, :, i] + key[:, :, i].transpose(-1, -2) @ v_new
 
     ssm_state.index_copy_(0, slots, state.to(ssm_state.dtype))
-    o = out.reshape(out.shape[0], num_v_heads, padded, -1).transpose(1, 2)  # [B, L, Nv, dv]
+    o = acc.reshape(acc.shape[0], num_v_heads, padded, -1).transpose(1, 2)  # [B, L, Nv, dv]
     o = unpack(o, ix).to(v.dtype)  # [T, Nv, dv]
-    return o if dst is None else dst.view(o.shape).copy_(o)
+    return o if out is None else out.view(o.shape).copy_(o)
 
 
 def recurrent_gated_delta_rule(
