@@ -11,6 +11,12 @@ hold no slot 0 of their own per layer: layer j's slot 0 is layer j-1's last slot
 padding row), so the layers' views overlap by that row and ``L - 1`` slot rows are saved (47 MiB for
 the 4B's fp32 state). The torch reference ops write padding rows to slot 0, so they get the plain
 layout.
+
+With ``state_on_demand`` (CUDA kernels only) the recurrent state, the bulk of every slot, lives in
+:class:`engine.model.vmm.GrowingRegions`: the pool's address range is reserved for every slot, and a
+slot's memory is mapped when the slot is first handed out (:meth:`ModelCache.ensure_slot`), so the
+pool holds what the most requests running at once needed, not ``--max-num-seqs`` slots. Slot 0 of
+every layer is one shared page. The conv state (1.2 MiB a slot on the 4B) stays one plain allocation.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from engine.model.vmm import GrowingRegions
 
 SSM_DTYPES = (torch.float32, torch.bfloat16)
 """The recurrent-state storage dtypes every GDN op accepts."""
@@ -71,6 +79,8 @@ class ModelCache:
     num_blocks: int
     block_size: int
     num_slots: int
+    grown: GrowingRegions | None = None
+    """The recurrent state's regions when it is mapped on demand (``state_on_demand``)."""
 
     @staticmethod
     def allocate(
@@ -82,9 +92,11 @@ class ModelCache:
         device: torch.device | str,
         ssm_dtype: torch.dtype = torch.float32,
         shared_pad_slot: bool = False,
+        state_on_demand: bool = False,
     ) -> ModelCache:
         """KV and conv state in ``dtype``, the recurrent state in ``ssm_dtype`` (fp32 or bf16);
-        ``shared_pad_slot``: the layers share one padding row (module docstring)."""
+        ``shared_pad_slot``: the layers share one padding row; ``state_on_demand``: the recurrent state
+        is mapped slot by slot as slots are handed out, slot 1 at once (module docstring)."""
         if num_blocks < 2 or num_slots < 2:
             raise ValueError("need at least 2 KV blocks and 2 state slots (index 0 is reserved)")
         if ssm_dtype not in SSM_DTYPES:
@@ -95,7 +107,13 @@ class ModelCache:
         k = torch.zeros(kv_shape, dtype=dtype, device=device)
         v = torch.zeros(kv_shape, dtype=dtype, device=device)
         conv = _state_pool(nl, num_slots, spec.conv_state_shape, dtype, device, shared_pad_slot)
-        ssm = _state_pool(nl, num_slots, spec.ssm_state_shape, ssm_dtype, device, shared_pad_slot)
+        grown = None
+        if state_on_demand and nl:
+            row = _numel(spec.ssm_state_shape) * _itemsize(ssm_dtype)
+            grown = GrowingRegions(torch.device(device), nl, num_slots, row, first_row=1)  # maps slot 1
+            ssm = [grown.view(j, ssm_dtype, (num_slots, *spec.ssm_state_shape)) for j in range(nl)]
+        else:
+            ssm = _state_pool(nl, num_slots, spec.ssm_state_shape, ssm_dtype, device, shared_pad_slot)
         return ModelCache(
             k_cache=list(k.unbind(0)),
             v_cache=list(v.unbind(0)),
@@ -104,14 +122,36 @@ class ModelCache:
             num_blocks=num_blocks,
             block_size=block_size,
             num_slots=num_slots,
+            grown=grown,
         )
 
     @property
     def state_bytes(self) -> int:
-        """Device bytes of the GDN state pools as allocated (a shared padding row counted once)."""
-        return sum(
-            views[0].untyped_storage().nbytes() for views in (self.conv_state, self.ssm_state) if views
-        )
+        """Device bytes the GDN state pools hold now (a shared padding row counted once; of an
+        on-demand recurrent state, what is mapped)."""
+        conv = self.conv_state[0].untyped_storage().nbytes() if self.conv_state else 0
+        if self.grown is not None:
+            return conv + self.grown.mapped_bytes
+        return conv + (self.ssm_state[0].untyped_storage().nbytes() if self.ssm_state else 0)
+
+    @property
+    def state_reserved_bytes(self) -> int:
+        """What the GDN state pools hold with every slot in use (what the memory plan budgets)."""
+        if self.grown is None:
+            return self.state_bytes
+        conv = self.conv_state[0].untyped_storage().nbytes() if self.conv_state else 0
+        return conv + self.grown.full_bytes
+
+    def ensure_slot(self, slot: int) -> bool:
+        """Back ``slot``'s recurrent state with device memory before a step uses it; False when the
+        device has none left for it (the slot must not be used then)."""
+        return self.grown is None or self.grown.ensure(slot + 1)
+
+    def close(self) -> None:
+        """Give an on-demand state's memory back now (waits for the device); the pools are unusable
+        afterwards. Without it, it goes back with the last view."""
+        if self.grown is not None:
+            self.grown.close()
 
 
 def _state_pool(

@@ -49,3 +49,21 @@ def test_too_few_slots_are_refused_either_way():
     for shared in (False, True):
         with pytest.raises(ValueError, match="at least 2 KV blocks and 2 state slots"):
             _pools(shared, 1)
+
+
+@pytest.mark.parametrize(
+    ("first", "rows", "row", "span"),
+    [
+        (1, 1, 2 << 20, (1, 1)),  # nothing asked: nothing mapped
+        (1, 2, 2 << 20, (1, 2)),  # one fp32 4B row is one 2 MiB granule; slot 0's is never mapped
+        (1, 9, 2 << 20, (1, 9)),
+        (1, 2, 1 << 20, (0, 1)),  # bf16: slots 0 and 1 share granule 0
+        (1, 4, 1 << 20, (0, 2)),
+        (1, 3, 3 << 20, (1, 5)),  # rows straddling granules: bytes [3, 9) MiB
+        (0, 1, 100, (0, 1)),
+    ],
+)
+def test_on_demand_rows_map_whole_granules_from_the_first_row(first, rows, row, span):
+    from engine.model.vmm import chunk_span
+
+    assert chunk_span(first, rows, row, 2 << 20) == span
