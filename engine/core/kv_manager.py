@@ -5,48 +5,77 @@
 * GDN state slots: one per running request (conv + recurrent state of every GDN layer). Slot 0 is the
   padding slot, never handed out.
 
-Both are plain free lists keyed by request id. Every request owns at most one slot and a block table
-that grows append-only until the request is freed (finished, aborted or preempted), when everything
+Both are free lists keyed by request id. Blocks are reused LIFO. Slots go lowest id first, so the
+highest slot id ever handed out is the most requests that ran at once; a runner that maps a slot's
+memory when the slot is first handed out (``slot_ready``, engine/model/vmm.py) holds no more. Every
+request owns at most one slot and a block table that grows append-only until the request is freed
+(finished, aborted or preempted), when everything
 goes back at once. ``check_invariants()`` proves that no id is lost, duplicated or shared.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from collections.abc import Callable
 
 
 class _FreeList:
-    """Ids 1..n-1 (0 is reserved). LIFO reuse keeps recently freed (cache-warm) ids in play."""
+    """Ids 1..n-1 (0 is reserved). LIFO reuse keeps recently freed (cache-warm) ids in play;
+    ``lowest_first`` hands out the lowest free id instead (a heap)."""
 
-    def __init__(self, n: int, what: str) -> None:
+    def __init__(self, n: int, what: str, lowest_first: bool = False) -> None:
         if n < 2:
             raise ValueError(f"need at least 2 {what} (id 0 is reserved), got {n}")
         self.n = n
         self.what = what
-        self.free: deque[int] = deque(range(1, n))
+        self.lowest_first = lowest_first
+        self.free: deque[int] | list[int] = list(range(1, n)) if lowest_first else deque(range(1, n))
 
     @property
     def usable(self) -> int:
         return self.n - 1
 
+    def peek(self) -> int:
+        """The id :meth:`take` hands out next (there must be one)."""
+        free = self.free
+        return free[0] if isinstance(free, list) else free[-1]
+
     def take(self, k: int) -> list[int]:
         if k > len(self.free):
             raise MemoryError(f"asked for {k} {self.what}, {len(self.free)} free")
-        return [self.free.pop() for _ in range(k)]
+        free = self.free
+        if isinstance(free, list):
+            return [heapq.heappop(free) for _ in range(k)]
+        return [free.pop() for _ in range(k)]
 
     def give(self, ids: list[int]) -> None:
-        self.free.extend(ids)
+        free = self.free
+        if isinstance(free, list):
+            for i in ids:
+                heapq.heappush(free, i)
+        else:
+            free.extend(ids)
 
 
 class KVManager:
     """Owns every block table and state slot; the scheduler asks, never touches ids itself."""
 
-    def __init__(self, num_blocks: int, num_slots: int, block_size: int) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        num_slots: int,
+        block_size: int,
+        slot_ready: Callable[[int], bool] | None = None,
+    ) -> None:
+        """``slot_ready(slot)`` is asked before a slot is handed out; False (its memory cannot be mapped
+        now) refuses the allocation as if no slot were free."""
         if block_size < 1:
             raise ValueError("block_size must be >= 1")
         self.block_size = block_size
         self._blocks = _FreeList(num_blocks, "KV blocks")
-        self._slots = _FreeList(num_slots, "state slots")
+        self._slots = _FreeList(num_slots, "state slots", lowest_first=True)
+        self._slot_ready = slot_ready
         self._tables: dict[str, list[int]] = {}
         self._slot_of: dict[str, int] = {}
 
@@ -96,6 +125,8 @@ class KVManager:
         if request_id in self._slot_of:
             return True
         if not self._slots.free:
+            return False
+        if self._slot_ready is not None and not self._slot_ready(self._slots.peek()):
             return False
         self._slot_of[request_id] = self._slots.take(1)[0]
         return True

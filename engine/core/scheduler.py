@@ -146,7 +146,9 @@ class Scheduler:
             # Strict FIFO: a head that does not fit blocks the queue rather than being overtaken.
             if self.kv.num_free_slots == 0 or not self.kv.grow(req.request_id, req.num_computed + n):
                 break
-            self.kv.allocate_slot(req.request_id)
+            if not self.kv.allocate_slot(req.request_id):
+                self.kv.free(req.request_id)  # no memory for the slot now: a waiting request holds nothing
+                break
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
             self.running.append(req)

@@ -64,3 +64,37 @@ def test_random_alloc_free():
 def test_rejects_pools_without_room_for_the_reserved_id():
     with pytest.raises(ValueError):
         KVManager(num_blocks=1, num_slots=3, block_size=4)
+
+
+def test_slots_go_lowest_first_so_the_highest_id_is_the_peak_concurrency():
+    kv = KVManager(num_blocks=5, num_slots=9, block_size=4)
+    for r in "abc":
+        assert kv.allocate_slot(r)
+    assert [kv.slot(r) for r in "abc"] == [1, 2, 3]
+    kv.free("b")
+    kv.free("a")
+    assert kv.allocate_slot("d") and kv.slot("d") == 1  # the lowest free id, not the last freed
+    assert kv.allocate_slot("e") and kv.slot("e") == 2
+    assert kv.allocate_slot("f") and kv.slot("f") == 4
+    kv.check_invariants()
+
+
+def test_a_slot_whose_memory_cannot_be_mapped_is_not_handed_out():
+    asked: list[int] = []
+    mapped = {"up_to": 2}  # slots 1..2 have memory; the device has none for more
+
+    def ready(slot: int) -> bool:
+        asked.append(slot)
+        return slot <= mapped["up_to"]
+
+    kv = KVManager(num_blocks=5, num_slots=9, block_size=4, slot_ready=ready)
+    assert kv.allocate_slot("a") and kv.allocate_slot("b")
+    assert not kv.allocate_slot("c")  # slot 3 refused: nothing changes
+    assert kv.slot("c") == 0 and kv.num_used_slots == 2 and kv.num_free_slots == 6
+    kv.check_invariants()
+    kv.free("a")
+    assert kv.allocate_slot("c") and kv.slot("c") == 1  # a mapped slot came free
+    mapped["up_to"] = 8
+    assert kv.allocate_slot("d") and kv.slot("d") == 3
+    assert asked == [1, 2, 3, 1, 3]
+    kv.check_invariants()

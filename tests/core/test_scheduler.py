@@ -228,3 +228,24 @@ def test_random_operations_keep_invariants():
         prompt, params = prompts[rid]
         assert h.out[rid] == expected_tokens(prompt, params.max_tokens, params.seed)
     assert time.monotonic() - t0 < 20
+
+
+def test_a_request_whose_state_slot_cannot_be_mapped_waits_holding_nothing():
+    """The runner maps a slot's memory when it is first handed out (engine/model/vmm.py); when the
+    device has none for another slot, the queue head waits, its blocks go back, and it runs once a
+    mapped slot is free, with the tokens it would have had."""
+    h = Harness(slots=8)
+    h.kv = KVManager(65, 9, 4, slot_ready=lambda slot: slot <= 2)
+    h.sched = Scheduler(SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=8), h.kv,
+                        h.runner.eos_token_ids, 4096)  # fmt: skip
+    reqs = [req(f"r{i}", 10, max_tokens=4) for i in range(4)]
+    h.add(*reqs)
+    s = h.step()
+    assert [r.request_id for r in s.requests] == ["r0", "r1"]
+    assert h.kv.block_table("r2") == [] and h.kv.slot("r2") == 0 and len(h.sched.waiting) == 2
+    assert max(h.kv.slot(r) for r in ("r0", "r1")) == 2
+    h.run()
+    h.assert_empty()
+    for r in reqs:
+        assert h.out[r.request_id] == expected_tokens(r.token_ids[: r.num_prompt_tokens], 4)
+        assert h.finish[r.request_id] == "length"
