@@ -67,6 +67,11 @@ class CacheConfig:
     device_memory_limit: str = ""
     """Treat the device as having this much memory (e.g. 16GiB to run as on a 16 GB card): the
     utilization applies to it and torch's allocator is capped there."""
+    gdn_state_memory: Literal["on-demand", "upfront"] = "on-demand"
+    """How the GDN state slots take device memory (CUDA kernels; the torch ops always allocate
+    upfront): on-demand reserves every slot's address range and budget at start-up but maps a slot's
+    recurrent state when a request first uses it, so the pool holds what the most requests run at once
+    needed; upfront allocates every slot at start-up."""
     mamba_ssm_cache_dtype: SsmCacheDtype = "auto"
     """Storage dtype of the GDN recurrent-state pool: float32, bfloat16 (half the memory per state
     slot; the math stays fp32, the state is rounded once per step: lossy) or auto (the checkpoint's

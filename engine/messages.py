@@ -72,6 +72,8 @@ class StepStats(_Wire):
     """Preemptions this step."""
     device_memory_used: int = 0
     device_memory_peak: int = 0
+    state_pool_bytes: int = 0
+    """Device memory the GDN state pools hold now (grows as state slots are first used)."""
     step_time_s: float = 0.0
 
 

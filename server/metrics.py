@@ -64,12 +64,18 @@ class Metrics:
         self.slots_total = Gauge("deltaserve_state_slots_total", "GDN state slots in the pool.", registry=r)
         self.mem_used = Gauge("deltaserve_device_memory_used_bytes", "Device memory in use.", registry=r)
         self.mem_peak = Gauge("deltaserve_peak_device_memory_bytes", "Peak device memory.", registry=r)
+        self.state_pool = Gauge(
+            "deltaserve_state_pool_bytes",
+            "Device memory the GDN state pools hold now (on demand: grows with the most requests at once).",
+            registry=r,
+        )
         self.device_info = Gauge("deltaserve_device_info", "Device the engine runs on.", ["name"], registry=r)
         self.device_info.labels(name=device_name).set(1)
         self.memory_split = Gauge(
             "deltaserve_device_memory_split_bytes",
             "Device memory at start-up by part (weights, kv_cache, state_pool, cuda_graphs, workspace, "
-            "non_torch, free, total, activation_peak); the first six add up to what is in use.",
+            "non_torch, free, total, activation_peak, state_pool_full); the first six add up to what is "
+            "in use.",
             ["part"], registry=r,
         )  # fmt: skip
         self.prompt_tokens = Counter("deltaserve_prompt_tokens", "Prompt tokens processed.", registry=r)
@@ -146,6 +152,7 @@ class Metrics:
             (self.slots_total, "slots_total"),
             (self.mem_used, "device_memory_used"),
             (self.mem_peak, "device_memory_peak"),
+            (self.state_pool, "state_pool_bytes"),
             (self.preempted, "num_preemptions"),
         ):
             value = stats.get(name) if isinstance(stats, dict) else getattr(stats, name, None)

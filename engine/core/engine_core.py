@@ -58,7 +58,10 @@ class EngineCore:
         self.runner = runner
         r: Any = runner
         self.block_size: int = getattr(r, "block_size", config.cache.block_size)
-        self.kv = KVManager(r.num_kv_blocks, r.num_state_slots, self.block_size)
+        # a runner that maps each state slot's memory when it is first handed out says so here
+        self.kv = KVManager(
+            r.num_kv_blocks, r.num_state_slots, self.block_size, getattr(r, "ensure_state_slot", None)
+        )
         self.eos_token_ids: list[int] = list(getattr(r, "eos_token_ids", ()))
         self.max_model_len: int = getattr(r, "max_model_len", 0) or config.model.max_model_len
         self.scheduler = Scheduler(config.scheduler, self.kv, self.eos_token_ids, self.max_model_len)
@@ -194,6 +197,7 @@ class EngineCore:
             num_preemptions=sched.num_preemptions if sched else 0,
             device_memory_used=int(used),
             device_memory_peak=int(peak),
+            state_pool_bytes=int(getattr(r, "state_pool_bytes", 0)),
             step_time_s=dt,
         )
 

@@ -55,6 +55,8 @@ class ForwardBatch:
     seq_lens_cpu: tuple[int, ...]
     num_computed_cpu: tuple[int, ...]
     block_size: int
+    max_state_slot: int = 0
+    """The highest state slot the batch uses (host side: an on-demand state pool maps it first)."""
 
     @property
     def num_seqs(self) -> int:
@@ -142,4 +144,5 @@ class ForwardBatch:
             seq_lens_cpu=tuple(seq_lens),
             num_computed_cpu=tuple(computed),
             block_size=block_size,
+            max_state_slot=max(s.state_slot for s in seqs),
         )

@@ -75,6 +75,9 @@ class MemorySplit:
     """The device's memory, or --device-memory-limit."""
     activation_peak: int = 0
     """The profile step's peak of transient tensors (part of ``workspace``), for reference."""
+    state_pool_full: int = 0
+    """What the GDN state pools hold with every slot in use, which the memory plan budgets; above
+    ``state_pool`` when slots are mapped on demand (``--gdn-state-memory``), for reference."""
 
     @property
     def used(self) -> int:
@@ -93,7 +96,10 @@ class MemorySplit:
     def log_line(self, ssm_dtype: str = "float32") -> str:
         """One line for the start-up log; ``ssm_dtype`` names the recurrent state's storage dtype."""
         parts = ("weights", "kv_cache", "state_pool", "cuda_graphs", "workspace", "non_torch")
-        label = {"state_pool": f"state_pool ({ssm_dtype} recurrent state)"}
+        state = f"{ssm_dtype} recurrent state"
+        if self.state_pool_full > self.state_pool:
+            state += f", on demand: {gib(self.state_pool_full)} with every slot in use"
+        label = {"state_pool": f"state_pool ({state})"}
         body = ", ".join(f"{label.get(p, p)} {gib(getattr(self, p))}" for p in parts)
         return (
             f"device memory: {body}; in use {gib(self.used)} of {gib(self.total)}, free {gib(self.free)} "
@@ -111,13 +117,16 @@ def measure_split(
     torch_reserved: int,
     device_used: int,
     total: int,
+    state_outside_torch: int = 0,
+    state_pool_full: int = 0,
 ) -> MemorySplit:
     """Split ``device_used`` (cudaMemGetInfo) into parts. The tensors' sizes are exact; torch's reserved
     memory beyond the tensors and the graphs is its cached workspace; what lies outside torch's
-    reservations is the context and the other libraries' memory."""
-    tensors = weights + kv_cache + state_pool
+    reservations is the context and the other libraries' memory, less ``state_outside_torch`` (the
+    part of ``state_pool`` mapped outside torch's allocator: an on-demand recurrent state)."""
+    tensors = weights + kv_cache + state_pool - state_outside_torch
     workspace = max(0, torch_reserved - tensors - cuda_graphs)
-    non_torch = max(0, device_used - torch_reserved)
+    non_torch = max(0, device_used - torch_reserved - state_outside_torch)
     return MemorySplit(
         weights=weights,
         kv_cache=kv_cache,
@@ -128,6 +137,7 @@ def measure_split(
         free=max(0, total - device_used),
         total=total,
         activation_peak=activation_peak,
+        state_pool_full=max(state_pool_full, state_pool),
     )
 
 
@@ -155,6 +165,47 @@ def plan_pools(
     slots = max(0, min(wanted_slots, (room - (fixed_kv or kv_floor)) // max(slot_bytes, 1)))
     kv = fixed_kv or room - slots * slot_bytes
     return slots, max(0, kv // block_bytes)
+
+
+def log_startup(r: Any, out: logging.Logger) -> None:
+    """The start-up lines of a model runner ``r``, on its logger ``out``: capacity in requests and
+    tokens, and on CUDA the memory split (``r.memory``) and the kernel builds."""
+    from engine.model.cache import kv_bytes_per_block
+    from engine.ops.compile import SLOW_COMPILE_S
+    from engine.ops.compile import STATS as KERNEL_BUILDS
+
+    kv_tokens = (r.num_kv_blocks - 1) * r.block_size
+    ssm_dtype = r.cache_config.mamba_ssm_cache_dtype
+    out.info(
+        "capacity: %d concurrent requests (GDN state slots, %.1f MiB, recurrent state in %s%s), %d KV "
+        "tokens in %d blocks of %d (%.1f MiB; %.1f requests at the full max_model_len %d)",
+        r.num_state_slots - 1,
+        r.cache.state_reserved_bytes / 2**20,
+        ssm_dtype,
+        ", mapped as requests first use them" if r.cache.grown is not None else "",
+        kv_tokens,
+        r.num_kv_blocks - 1,
+        r.block_size,
+        r.num_kv_blocks * kv_bytes_per_block(r.cache_spec, r.block_size, r.dtype) / 2**20,
+        kv_tokens / r.max_model_len,
+        r.max_model_len,
+    )
+    if r.memory is None:
+        return
+    out.info(
+        "%s; thread stacks %s bytes; expandable segments %s",
+        r.memory.log_line(ssm_dtype),
+        stack_limit(),
+        "on" if r.expandable_segments else "off",
+    )
+    out.info(
+        "kernels: %d modules built in %.1f s, %d of them over %.1f s each (NVRTC compiles; a load "
+        "from CuPy's disk cache takes milliseconds)",
+        len(KERNEL_BUILDS.names),
+        KERNEL_BUILDS.seconds,
+        len(KERNEL_BUILDS.slow),
+        SLOW_COMPILE_S,
+    )
 
 
 def use_expandable_segments() -> bool:

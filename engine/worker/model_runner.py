@@ -23,18 +23,16 @@ from engine.model.cache import ModelCache, kv_bytes_per_block, state_bytes_per_s
 from engine.model.forward_batch import ForwardBatch
 from engine.model.loader import build_model
 from engine.ops import make_ops
-from engine.ops.compile import SLOW_COMPILE_S
-from engine.ops.compile import STATS as KERNEL_BUILDS
 from engine.worker.cuda_graphs import DecodeGraphs, PoolHandle, capture_stream
 from engine.worker.launched import Launched, patch_inputs, read_eos_ids
 from engine.worker.memory import (
     MemorySplit,
     gib,
+    log_startup,
     measure_split,
     parse_bytes,
     plan_pools,
     shrink_thread_stacks,
-    stack_limit,
     use_expandable_segments,
     workspace_reserve,
 )
@@ -73,6 +71,8 @@ class ModelRunner:
         self.ops = make_ops(mc.gdn_backend, frozenset(mc.kernel_arms))
         # the CUDA kernels never touch a slot <= 0, so the GDN layers can share one padding row
         self.shared_pad_slot = self.device.type == "cuda" and mc.gdn_backend == "cuda"
+        # and never map slot 0: each slot's recurrent state is mapped when a request first uses it
+        self.state_on_demand = self.shared_pad_slot and config.cache.gdn_state_memory == "on-demand"
         self.pdl = "graphs.pdl" in mc.kernel_arms  # how the decode graphs launch (engine/ops/launch_ex.py)
         self.model = build_model(mc.model, self.ops, self.dtype, self.device, mc.load_format, mc.seed)
         cfg = self.model.cfg
@@ -113,6 +113,7 @@ class ModelRunner:
             self.device,
             ssm_dtype=self.ssm_dtype,
             shared_pad_slot=self.shared_pad_slot,
+            state_on_demand=self.state_on_demand,
         )
         self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids)
         if use_graphs:
@@ -142,35 +143,9 @@ class ModelRunner:
             # A request longer than the pool could never finish: refuse it at admission instead.
             log.warning("max_model_len %d capped to the KV pool's %d tokens", self.max_model_len, kv_tokens)
             self.max_model_len = kv_tokens
-        log.info(
-            "capacity: %d concurrent requests (GDN state slots, %.1f MiB, recurrent state in %s), %d KV "
-            "tokens in %d blocks of %d (%.1f MiB; %.1f requests at the full max_model_len %d)",
-            self.num_state_slots - 1,
-            self.cache.state_bytes / 2**20,
-            self.cache_config.mamba_ssm_cache_dtype,
-            kv_tokens,
-            self.num_kv_blocks - 1,
-            self.block_size,
-            self.num_kv_blocks * kv_bytes_per_block(self.cache_spec, self.block_size, self.dtype) / 2**20,
-            kv_tokens / self.max_model_len,
-            self.max_model_len,
-        )
         if self.device.type == "cuda":
             self.memory = self._measure()
-            log.info(
-                "%s; thread stacks %s bytes; expandable segments %s",
-                self.memory.log_line(self.cache_config.mamba_ssm_cache_dtype),
-                stack_limit(),
-                "on" if self.expandable_segments else "off",
-            )
-            log.info(
-                "kernels: %d modules built in %.1f s, %d of them over %.1f s each (NVRTC compiles; a load "
-                "from CuPy's disk cache takes milliseconds)",
-                len(KERNEL_BUILDS.names),
-                KERNEL_BUILDS.seconds,
-                len(KERNEL_BUILDS.slow),
-                SLOW_COMPILE_S,
-            )
+        log_startup(self, log)
 
     def _slot_bytes(self) -> int:
         """One GDN state slot over every layer: conv state in the model dtype, recurrent in the ssm dtype."""
@@ -311,6 +286,8 @@ class ModelRunner:
             weights=self.model.num_parameters() * itemsize,
             kv_cache=self.num_kv_blocks * kv_bytes_per_block(self.cache_spec, self.block_size, self.dtype),
             state_pool=self.cache.state_bytes,
+            state_outside_torch=self.cache.grown.mapped_bytes if self.cache.grown else 0,
+            state_pool_full=self.cache.state_reserved_bytes,
             cuda_graphs=graphs,
             activation_peak=self._activation_peak,
             torch_reserved=torch.cuda.memory_reserved(self.device),
@@ -323,6 +300,7 @@ class ModelRunner:
 
     def execute(self, batch: ForwardBatch) -> torch.Tensor:
         """Logits ``[len(batch.logits_indices), vocab]`` in fp32."""
+        self._ensure_slots(batch.max_state_slot)
         with self._on_stream():
             return self.model(batch, self.cache)
 
@@ -336,6 +314,7 @@ class ModelRunner:
             return self._launch(seqs, prev)
 
     def _launch(self, seqs: list[ScheduledSeq], prev: PendingStep | None) -> Launched:
+        self._ensure_slots(max((s.state_slot for s in seqs), default=0))  # the scheduler asked already
         sampled = [s for s in seqs if s.sample]
         # The sampling tensors go to the device ahead of the forward, once per step.
         batch = self.sampler.prepare(
@@ -382,6 +361,21 @@ class ModelRunner:
         # decodes come first, one token each, so a decode's batch row is its token row
         assert all(seqs[i].is_decode for _, i in rows)
         return prev.tokens.tokens, [r for r, _ in rows], [i for _, i in rows]
+
+    def ensure_state_slot(self, slot: int) -> bool:
+        """Map ``slot``'s state memory before the scheduler hands the slot out (on-demand pools; always
+        True otherwise); False when the device has no memory for it now."""
+        return self.cache.ensure_slot(slot)
+
+    def _ensure_slots(self, top: int) -> None:
+        """No step may touch an on-demand state slot that has no memory (it would fault the device)."""
+        if not self.cache.ensure_slot(top):
+            raise torch.OutOfMemoryError(f"no device memory for GDN state slot {top}")
+
+    @property
+    def state_pool_bytes(self) -> int:
+        """Device memory the GDN state pools hold now."""
+        return self.cache.state_bytes
 
     def device_memory(self) -> tuple[int, int]:
         """(bytes in use on the device now, peak seen at step ends); includes CuPy and the CUDA context.

@@ -31,6 +31,7 @@ def test_replay_bit_equal_to_eager_pieces_and_close_to_the_plain_forward(tmp_pat
     assert pw is not None and set(pw.graphs) == set(pw.buckets)  # every bucket captured at start-up
     assert all(len(g) == len(r.model.layers) + 1 for g in pw.graphs.values())
     first, second = _mixed_step(r.vocab_size, r.block_size)
+    assert r.cache.ensure_slot(max(s.state_slot for s in first + second))  # the model is called directly
     r.model(ForwardBatch.build(first, r.block_size, r.device), r.cache)
     fb = ForwardBatch.build(second, r.block_size, r.device)
     pools = _pools(r.cache)

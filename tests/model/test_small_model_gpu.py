@@ -39,7 +39,13 @@ def _small_ckpt(tmp: Path) -> Path:
 
 
 def _small_runner(
-    d: Path, dtype: str, backend: str, eager: bool, arms: tuple[str, ...] = (), capture: str = "lazy"
+    d: Path,
+    dtype: str,
+    backend: str,
+    eager: bool,
+    arms: tuple[str, ...] = (),
+    capture: str = "lazy",
+    state: str = "on-demand",
 ) -> ModelRunner:
     mc = ModelConfig(
         model=str(d),
@@ -52,7 +58,9 @@ def _small_runner(
         cuda_graph_capture=capture,  # type: ignore[arg-type]
     )
     cfg = EngineConfig(
-        model=mc, cache=CacheConfig(num_gpu_blocks_override=64), scheduler=SchedulerConfig(max_num_seqs=8)
+        model=mc,
+        cache=CacheConfig(num_gpu_blocks_override=64, gdn_state_memory=state),  # type: ignore[arg-type]
+        scheduler=SchedulerConfig(max_num_seqs=8),
     )
     return ModelRunner(cfg)
 
@@ -102,7 +110,8 @@ def test_decode_graph_replay_bit_equal_to_eager(tmp_path, pdl):
     ]
     key = r.graphs.bucket(seqs)
     assert key is not None
-    pools = r.cache.conv_state + r.cache.ssm_state
+    # the slots the steps use (and padding slot 0): an on-demand pool has no memory behind the others
+    pools = [t[: len(seqs) + 1] for t in r.cache.conv_state + r.cache.ssm_state]
     saved = [t.clone() for t in pools]
 
     def restore() -> None:
@@ -123,13 +132,17 @@ def test_decode_graph_replay_bit_equal_to_eager(tmp_path, pdl):
     report(test="graph_replay_bit_equal", backend=backend, bucket=list(key), pdl=pdl)
 
 
-def test_layers_sharing_one_padding_row_serve_what_plain_pools_do(tmp_path, monkeypatch):
+@pytest.mark.parametrize("state", ["upfront", "on-demand"])
+def test_layers_sharing_one_padding_row_serve_what_plain_pools_do(tmp_path, monkeypatch, state):
     """With the CUDA kernels the GDN layers share one padding row (ModelCache shared_pad_slot): layer
     j's slot 0 is layer j-1's last slot. Decode graphs pad their batch with slot-0 rows, so a padded
     replay while the last slot's sequence waits would overwrite that sequence's state in the layer
     below if any kernel wrote a padding row. Eight sequences fill every slot; decode steps of five
     (three padding rows), of all eight and of the last one alone give the plain pools' tokens and
-    leave every live slot of every layer bit for bit equal to theirs."""
+    leave every live slot of every layer bit for bit equal to theirs. With the recurrent state on
+    demand (engine/model/vmm.py) only slot 1 is mapped at start-up, slot 0 never: the steps, which
+    take slots without a scheduler, have the runner map slots 2..8 first, and a kernel that touched a
+    padding row's recurrent state would fault."""
     from engine.model.cache import ModelCache
     from engine.sampling_params import SamplingParams
     from engine.worker.step import ScheduledSeq
@@ -137,25 +150,36 @@ def test_layers_sharing_one_padding_row_serve_what_plain_pools_do(tmp_path, monk
     if not _has_cupy():
         pytest.skip("the shared padding row is for the CUDA kernels")
     d = _small_ckpt(tmp_path)
-    shared = _small_runner(d, "bfloat16", "cuda", eager=False)
+    shared = _small_runner(d, "bfloat16", "cuda", eager=False, state=state)
     allocate = ModelCache.allocate
+    plain_pools = {"shared_pad_slot": False, "state_on_demand": False}
     monkeypatch.setattr(
-        ModelCache, "allocate", staticmethod(lambda *a, **k: allocate(*a, **(k | {"shared_pad_slot": False})))
+        ModelCache, "allocate", staticmethod(lambda *a, **k: allocate(*a, **(k | plain_pools)))
     )
     plain = _small_runner(d, "bfloat16", "cuda", eager=False)
     sc, pc = shared.cache, plain.cache
     layers, slots = len(sc.ssm_state), sc.num_slots
     assert shared.shared_pad_slot and slots == 9 and layers >= 2
+    on_demand = state == "on-demand"
+    assert shared.state_on_demand == on_demand and (sc.grown is not None) == on_demand
     # the runners turn on expandable segments before they allocate (unless the environment chose)
     chosen = "expandable_segments" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
     assert shared.expandable_segments or chosen
     if shared.expandable_segments:
         assert any(seg.get("is_expandable") for seg in torch.cuda.memory_snapshot())
     for j in range(1, layers):  # layer j's slot 0 is the row of layer j-1's last slot
-        assert sc.ssm_state[j][0].data_ptr() == sc.ssm_state[j - 1][slots - 1].data_ptr()
+        if sc.grown is None:
+            assert sc.ssm_state[j][0].data_ptr() == sc.ssm_state[j - 1][slots - 1].data_ptr()
         assert sc.conv_state[j][0].data_ptr() == sc.conv_state[j - 1][slots - 1].data_ptr()
     row = pc.state_bytes // (layers * slots)
-    assert pc.state_bytes - sc.state_bytes == (layers - 1) * row
+    if sc.grown is None:
+        assert pc.state_bytes - sc.state_bytes == (layers - 1) * row
+    else:  # conv shares the padding row; of the recurrent state only slot 1 has memory so far
+        ssm_row = sc.grown.row_bytes
+        conv = sc.state_bytes - sc.grown.mapped_bytes
+        assert conv == (layers * (slots - 1) + 1) * (row - ssm_row)
+        assert sc.grown.mapped_rows == 2 and sc.grown.mapped_bytes >= layers * ssm_row
+        assert sc.state_reserved_bytes >= conv + layers * (slots - 1) * ssm_row
 
     greedy = SamplingParams(temperature=0.0)
     prompts = [[7 + i, 3, 250, 11, 90] * (2 + i) for i in range(8)]
@@ -194,7 +218,9 @@ def test_layers_sharing_one_padding_row_serve_what_plain_pools_do(tmp_path, monk
     assert run(shared) == run(plain)
     for a, b in zip(sc.conv_state + sc.ssm_state, pc.conv_state + pc.ssm_state, strict=True):
         assert torch.equal(a[1:], b[1:])  # every live slot of every layer
-    report(test="shared_padding_row", layers=layers, saved_bytes=pc.state_bytes - sc.state_bytes)
+    if sc.grown is not None:  # every slot used: all of them mapped now, as the plan budgeted
+        assert sc.grown.mapped_rows == slots and sc.state_bytes == sc.state_reserved_bytes
+    report(test="shared_padding_row", state=state, layers=layers, saved_bytes=pc.state_bytes - sc.state_bytes)
 
 
 def test_graph_and_eager_runners_generate_same_tokens(tmp_path):

@@ -64,6 +64,28 @@ def test_split_adds_up_to_the_measured_use():
     assert "state_pool (bfloat16 recurrent state) 2.00 GiB" in s.log_line("bfloat16")
 
 
+def test_an_on_demand_state_outside_torch_is_counted_once_and_its_full_size_shown():
+    """An on-demand recurrent state is mapped outside torch's allocator (engine/model/vmm.py): it is in
+    the device's use and in the state pool, and in neither the workspace nor non_torch."""
+    s = measure_split(
+        weights=7 * GIB,
+        kv_cache=GIB,
+        state_pool=GIB // 8 + GIB // 2,  # conv in torch's reservation, 0.5 GiB of recurrent state mapped
+        state_outside_torch=GIB // 2,
+        state_pool_full=3 * GIB,
+        cuda_graphs=GIB // 4,
+        torch_reserved=9 * GIB,
+        device_used=9 * GIB + GIB // 2 + (600 << 20),
+        total=16 * GIB,
+        activation_peak=0,
+    )
+    assert s.used == 9 * GIB + GIB // 2 + (600 << 20)
+    assert s.non_torch == 600 << 20
+    assert s.workspace == 9 * GIB - (8 * GIB + GIB // 8) - GIB // 4
+    assert "on demand: 3.00 GiB with every slot in use" in s.log_line()
+    assert s.as_dict()["state_pool_full"] == 3 * GIB
+
+
 MIB = 1 << 20
 SLOT = 49 * MIB  # a Qwen3.5-4B GDN state slot
 BLOCK = 1 * MIB  # a 4B KV block of 32 tokens

@@ -48,7 +48,9 @@ def spy(monkeypatch, obj, name: str) -> list[tuple]:
 
 
 def _pools(cache: ModelCache) -> list[torch.Tensor]:
-    return cache.k_cache + cache.v_cache + cache.conv_state + cache.ssm_state
+    """Every pool, the recurrent state as far as it has memory (an on-demand pool maps slots as used)."""
+    rows = cache.grown.mapped_rows if cache.grown is not None else cache.num_slots
+    return cache.k_cache + cache.v_cache + cache.conv_state + [t[:rows] for t in cache.ssm_state]
 
 
 def _mixed_step(vocab: int, bs: int) -> tuple[list[SeqSpec], list[SeqSpec]]:
