@@ -6,7 +6,9 @@
 # Usage: deploy/ab-arms.sh CKPT_4B W1_JSONL OUT_DIR "ARMS_A" "ARMS_B" [PAIRS] [extra serve flags...]
 #   ARMS_*  space-separated arm names for --kernel-arms ("" = the defaults), e.g. "conv.chunk8 conv.k4 conv.vec4"
 #   PAIRS   alternated A/B pairs before the A/A pair (default 2)
-# Env: PY (default python3), PORT_A/PORT_B (8001/8002), CONCURRENCY (default 32, W1's; 1 for W2).
+# Env: PY (default python3), PORT_A/PORT_B (8001/8002), CONCURRENCY (default 32, W1's; 1 for W2),
+#   FLAGS_A/FLAGS_B: serve flags for one side only (A/B a server flag with equal arms, e.g.
+#   FLAGS_B="--gdn-state-memory upfront").
 # Output: OUT_DIR/ab.json (per-metric B/A ratios and the A/A band), run-*.json, server logs, and
 # peak-memory.txt: each server's peak device-memory gauge after all its runs. The servers persist
 # across runs, so loadgen leaves their (cumulative) peak out of ab.json's ratios; the gauge is
@@ -40,15 +42,18 @@ wait_health() {  # $1 = port, $2 = seconds, $3 = pid
     return 1
 }
 
-a=$(serve "$PORT_A" "$arms_a" "$out/server-A.log" "$@")
-b=$(serve "$PORT_B" "$arms_b" "$out/server-B.log" "$@")
+# shellcheck disable=SC2086  # the one-side flags are meant to split into words
+a=$(serve "$PORT_A" "$arms_a" "$out/server-A.log" ${FLAGS_A:-} "$@")
+# shellcheck disable=SC2086
+b=$(serve "$PORT_B" "$arms_b" "$out/server-B.log" ${FLAGS_B:-} "$@")
 trap 'kill -TERM "$a" "$b" 2>/dev/null; wait "$a" "$b" 2>/dev/null' EXIT
 if ! wait_health "$PORT_A" 400 "$a" || ! wait_health "$PORT_B" 400 "$b"; then
     echo "a server did not become healthy; see $out/server-*.log" >&2
     tail -n 20 "$out"/server-*.log >&2
     exit 1
 fi
-echo "A: --kernel-arms ${arms_a:-(defaults)}   B: --kernel-arms ${arms_b:-(defaults)}" | tee "$out/arms.txt"
+echo "A: --kernel-arms ${arms_a:-(defaults)} ${FLAGS_A:-}   B: --kernel-arms ${arms_b:-(defaults)} ${FLAGS_B:-}" \
+    | tee "$out/arms.txt"
 "$PY" -m loadgen ab --a-url "http://127.0.0.1:$PORT_A" --b-url "http://127.0.0.1:$PORT_B" --pairs "$pairs" \
     --dataset "$w1" --concurrency "$CONCURRENCY" --num-warmups 2 --no-progress --out-dir "$out" 2>"$out/ab.log" \
     | tee "$out/ab-table.txt"
