@@ -12,7 +12,12 @@ Reported per kind: wall time (median over repetitions, the sampler's host copy s
 is close to its wall time is bound by the host, not the device), device
 time (the sum of kernel durations in one profiled repetition), host time = wall - device, for decode
 steps ``replay`` (the graph replayed alone, timed by CUDA events: kernels plus the gaps between them),
-and device time by op family (GEMMs, attention, GDN, norms and elementwise, sampling/other). KV and
+and device time by op family (GEMMs, attention, GDN, norms and elementwise, sampling/other); then the
+span, CUDA events from the call's start to the end of its last device work (no profiler), whose excess
+over the device time is the device's idle time during the step; and, from one profiled step's
+timeline, where the device sat idle: before the step's first kernel (batch build,
+sampler inputs, first launches), between kernels (the host launching slower than the device ran) and
+after the last one (the tokens' trip to the host). KV and
 state contents are whatever the pools hold (zeros): the shapes, not the values, decide the time.
 """
 
@@ -83,21 +88,50 @@ class Steps:
 
 def profile_once(
     runner: ModelRunner, seqs: list[ScheduledSeq], kernels: dict[str, list[float]] | None = None
-) -> dict[str, float]:
-    """Device microseconds by op family for one step; ``kernels`` collects [count, us] by kernel name."""
+) -> tuple[dict[str, float], tuple[float, float, float]]:
+    """Device microseconds by op family for one step (``kernels`` collects [count, us] by kernel name),
+    and where the device sat idle during it, in ms: before its first kernel, between kernels, after its
+    last one (the profiler's CPU range of the call and its device activities share one clock; the
+    profiler's own host overhead is in these too)."""
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
-        runner.execute_model(seqs)
+        with torch.profiler.record_function(STEP_RANGE):
+            runner.execute_model(seqs)
         torch.cuda.synchronize()
     fam: dict[str, float] = defaultdict(float)
+    spans: list[tuple[float, float]] = []
+    step = None
     for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
+        if ev.name == STEP_RANGE:  # the call's CPU range (its GPU annotation twin spans the kernels)
+            if ev.device_type == torch.autograd.DeviceType.CPU:
+                step = (ev.time_range.start, ev.time_range.end)
+        elif ev.device_type == torch.autograd.DeviceType.CUDA:
             fam[family(ev.name)] += ev.device_time
+            spans.append((ev.time_range.start, ev.time_range.end))
             if kernels is not None:
                 row = kernels.setdefault(ev.name, [0, 0.0])
                 row[0] += 1
                 row[1] += ev.device_time
-    return dict(fam)
+    return dict(fam), idle_split(step, spans)
+
+
+STEP_RANGE = "deltaserve.bench.step"
+
+
+def idle_split(
+    step: tuple[float, float] | None, spans: list[tuple[float, float]]
+) -> tuple[float, float, float]:
+    """(before the first device activity, the gaps between activities, after the last one) in ms of a
+    step whose host call spans ``step`` (us); zeros without a step range or activities."""
+    if step is None or not spans:
+        return 0.0, 0.0, 0.0
+    spans.sort()
+    gaps, end = 0.0, spans[0][1]
+    for s, e in spans[1:]:
+        if s > end:
+            gaps += s - end
+        end = max(end, e)
+    return (max(0.0, spans[0][0] - step[0]) / 1e3, gaps / 1e3, max(0.0, step[1] - end) / 1e3)
 
 
 def replay_ms(runner: ModelRunner, seqs: list[ScheduledSeq], reps: int) -> float:
@@ -168,6 +202,14 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             runner.execute_model(seqs)
             walls.append((time.perf_counter() - t0) * 1e3)
+        spans = []  # the device's time from the call's start to its last kernel, by CUDA events
+        for _ in range(a.reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(runner.stream)
+            pending = runner.launch(seqs)  # returns once queued: e1 follows the step's last device work
+            e1.record(runner.stream)
+            pending.result()
+            spans.append(e0.elapsed_time(e1))
         launches = []
         for _ in range(a.reps):
             t0 = time.perf_counter()
@@ -178,10 +220,12 @@ def main(argv: list[str] | None = None) -> None:
             print_host_profile(name, runner, seqs, a.reps, a.host_profile)
         replay = replay_ms(runner, seqs, a.reps)
         kernels: dict[str, list[float]] = {}
-        fam = profile_once(runner, seqs, kernels)
+        fam, idle = profile_once(runner, seqs, kernels)
         device = sum(fam.values()) / 1e3
         wall = statistics.median(walls)
-        rows.append((name, wall, statistics.median(launches), device, replay, fam))
+        rows.append(
+            (name, wall, statistics.median(launches), device, replay, fam, (statistics.median(spans), *idle))
+        )
         if a.top:
             n = int(sum(c for c, _ in kernels.values()))
             print(f"{name}: {n} kernels, the {a.top} costliest (count, total us, name)")
@@ -191,10 +235,18 @@ def main(argv: list[str] | None = None) -> None:
     names = [f for f, _ in FAMILIES] + ["sampling/other"]
     head = f"{'step':<22}{'wall ms':>9}{'launch':>8}{'device':>9}{'host':>8}{'replay':>8}"
     print(head + "".join(f"{n[:10]:>12}" for n in names))
-    for name, wall, launch, device, replay, fam in rows:
+    for name, wall, launch, device, replay, fam, _ in rows:
         cols = "".join(f"{fam.get(n, 0.0) / 1e3:>12.2f}" for n in names)
         rep = f"{replay:>8.2f}" if replay else f"{'-':>8}"
         print(f"{name:<22}{wall:>9.2f}{launch:>8.2f}{device:>9.2f}{wall - device:>8.2f}{rep}{cols}")
+    print(
+        "device idle, ms: span (CUDA events from the call's start to its last kernel) - device = idle "
+        "before and between kernels; then one profiled step's before / between / after (the profiler's "
+        "host overhead included)"
+    )
+    print(f"{'step':<22}{'span':>9}{'idle':>9}{'before':>9}{'between':>9}{'after':>9}")
+    for name, _, _, device, *_, (span, before, between, after) in rows:
+        print(f"{name:<22}{span:>9.2f}{span - device:>9.2f}{before:>9.2f}{between:>9.2f}{after:>9.2f}")
 
 
 if __name__ == "__main__":

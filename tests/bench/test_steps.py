@@ -28,3 +28,13 @@ from engine.bench.steps import family
 )
 def test_kernel_families(kernel, expected):
     assert family(kernel) == expected
+
+
+def test_idle_split_counts_the_device_gaps_once_whatever_overlaps():
+    from engine.bench.steps import idle_split
+
+    # a call from 100 to 1,000 us; 160-200 lies inside 150-300; gaps of 50, 20 and 100 us between
+    spans = [(400.0, 500.0), (150.0, 300.0), (160.0, 200.0), (350.0, 380.0), (600.0, 900.0)]
+    assert idle_split((100.0, 1000.0), spans) == pytest.approx((0.05, 0.17, 0.1))
+    assert idle_split(None, spans) == (0.0, 0.0, 0.0)
+    assert idle_split((0.0, 1.0), []) == (0.0, 0.0, 0.0)
