@@ -204,3 +204,43 @@ def test_debug_log_has_one_line_per_step_with_its_tokens(caplog):
     while core.has_work():
         core.step()
     assert not [r for r in caplog.records if r.getMessage().startswith("step ")], "silent at info"
+
+
+class _SlotMappingRunner(FakeRunner):
+    """A runner that, like the CUDA runner with --gdn-state-memory on-demand, has memory for state slots
+    up to ``capacity`` only (EngineCore hands its ensure_state_slot to the KVManager)."""
+
+    def __init__(self, capacity: int, **kw) -> None:
+        super().__init__(**kw)
+        self.capacity = capacity
+        self.asked: list[int] = []
+
+    def ensure_state_slot(self, slot: int) -> bool:
+        self.asked.append(slot)
+        return slot <= self.capacity
+
+    def launch(self, seqs, prev=None):
+        assert all(s.state_slot <= self.capacity for s in seqs), "a step used a slot without memory"
+        return super().launch(seqs, prev)
+
+
+@pytest.mark.parametrize("async_on", [False, True])
+def test_requests_wait_for_a_state_slot_with_memory_and_lose_nothing(async_on: bool):
+    rng = random.Random(5)
+    waves = {0: _mixed_wave(rng, "a", 8), 4: _mixed_wave(rng, "b", 6)}
+    cfg = EngineConfig(
+        cache=CacheConfig(block_size=4),
+        scheduler=SchedulerConfig(max_num_batched_tokens=64, max_num_seqs=8, async_scheduling=async_on),
+    )
+    runner = _SlotMappingRunner(3, num_kv_blocks=257, num_state_slots=9, block_size=4)
+    core = EngineCore(cfg, runner)
+    got, finish = _drive(core, waves, {})
+    assert runner.asked and max(runner.asked) == 4  # slot 4 was asked for and refused, never used
+    for wave in waves.values():
+        for r in wave:
+            want = expected_tokens(r.prompt_token_ids, r.params.max_tokens)
+            stop = r.params.stop_token_ids
+            if stop:
+                want = want[: want.index(stop[0]) + 1]
+            assert got[r.request_id] == want, r.request_id
+            assert finish[r.request_id][2] is None  # no error
