@@ -21,16 +21,14 @@ from collections.abc import Callable
 
 
 class _FreeList:
-    """Ids 1..n-1 (0 is reserved). LIFO reuse keeps recently freed (cache-warm) ids in play;
-    ``lowest_first`` hands out the lowest free id instead (a heap)."""
+    """Ids 1..n-1 (0 is reserved). LIFO reuse keeps recently freed (cache-warm) ids in play."""
 
-    def __init__(self, n: int, what: str, lowest_first: bool = False) -> None:
+    def __init__(self, n: int, what: str) -> None:
         if n < 2:
             raise ValueError(f"need at least 2 {what} (id 0 is reserved), got {n}")
         self.n = n
         self.what = what
-        self.lowest_first = lowest_first
-        self.free: deque[int] | list[int] = list(range(1, n)) if lowest_first else deque(range(1, n))
+        self.free: deque[int] | list[int] = deque(range(1, n))
 
     @property
     def usable(self) -> int:
@@ -38,24 +36,36 @@ class _FreeList:
 
     def peek(self) -> int:
         """The id :meth:`take` hands out next (there must be one)."""
-        free = self.free
-        return free[0] if isinstance(free, list) else free[-1]
+        return self.free[-1]
 
     def take(self, k: int) -> list[int]:
         if k > len(self.free):
             raise MemoryError(f"asked for {k} {self.what}, {len(self.free)} free")
-        free = self.free
-        if isinstance(free, list):
-            return [heapq.heappop(free) for _ in range(k)]
-        return [free.pop() for _ in range(k)]
+        return [self.free.pop() for _ in range(k)]
 
     def give(self, ids: list[int]) -> None:
-        free = self.free
-        if isinstance(free, list):
-            for i in ids:
-                heapq.heappush(free, i)
-        else:
-            free.extend(ids)
+        self.free.extend(ids)
+
+
+class _LowestFirst(_FreeList):
+    """A free list that hands out the lowest free id (a heap)."""
+
+    def __init__(self, n: int, what: str) -> None:
+        super().__init__(n, what)
+        self._heap = list(range(1, n))  # sorted: already a heap
+        self.free = self._heap
+
+    def peek(self) -> int:
+        return self._heap[0]
+
+    def take(self, k: int) -> list[int]:
+        if k > len(self.free):
+            raise MemoryError(f"asked for {k} {self.what}, {len(self.free)} free")
+        return [heapq.heappop(self._heap) for _ in range(k)]
+
+    def give(self, ids: list[int]) -> None:
+        for i in ids:
+            heapq.heappush(self._heap, i)
 
 
 class KVManager:
@@ -74,7 +84,7 @@ class KVManager:
             raise ValueError("block_size must be >= 1")
         self.block_size = block_size
         self._blocks = _FreeList(num_blocks, "KV blocks")
-        self._slots = _FreeList(num_slots, "state slots", lowest_first=True)
+        self._slots = _LowestFirst(num_slots, "state slots")
         self._slot_ready = slot_ready
         self._tables: dict[str, list[int]] = {}
         self._slot_of: dict[str, int] = {}

@@ -129,18 +129,16 @@ class ModelCache:
     def state_bytes(self) -> int:
         """Device bytes the GDN state pools hold now (a shared padding row counted once; of an
         on-demand recurrent state, what is mapped)."""
-        conv = self.conv_state[0].untyped_storage().nbytes() if self.conv_state else 0
-        if self.grown is not None:
-            return conv + self.grown.mapped_bytes
-        return conv + (self.ssm_state[0].untyped_storage().nbytes() if self.ssm_state else 0)
+        return _storage_bytes(self.conv_state) + (
+            self.grown.mapped_bytes if self.grown is not None else _storage_bytes(self.ssm_state)
+        )
 
     @property
     def state_reserved_bytes(self) -> int:
         """What the GDN state pools hold with every slot in use (what the memory plan budgets)."""
         if self.grown is None:
             return self.state_bytes
-        conv = self.conv_state[0].untyped_storage().nbytes() if self.conv_state else 0
-        return conv + self.grown.full_bytes
+        return _storage_bytes(self.conv_state) + self.grown.full_bytes
 
     def ensure_slot(self, slot: int) -> bool:
         """Back ``slot``'s recurrent state with device memory before a step uses it; False when the
@@ -152,6 +150,11 @@ class ModelCache:
         afterwards. Without it, it goes back with the last view."""
         if self.grown is not None:
             self.grown.close()
+
+
+def _storage_bytes(views: list[torch.Tensor]) -> int:
+    """Bytes of the one allocation a pool's per-layer views share."""
+    return views[0].untyped_storage().nbytes() if views else 0
 
 
 def _state_pool(

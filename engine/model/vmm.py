@@ -232,6 +232,8 @@ class GrowingRegions:
         """Back rows ``[first_row, rows)`` in every region; True when they are (now or already), False
         when the device has no memory for them (nothing changes then)."""
         rows = min(rows, self.rows)
+        if rows <= self.mapped_rows:  # every step asks: no lock when nothing is to map (it only grows)
+            return True
         with self._lock:
             if rows <= self.mapped_rows:
                 return True

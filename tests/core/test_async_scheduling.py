@@ -55,6 +55,13 @@ def _req(rid: str, prompt: list[int], **kw) -> EngineRequest:
     return EngineRequest(rid, prompt, SamplingParams(temperature=0.0, **kw))
 
 
+def _want(r: EngineRequest) -> list[int]:
+    """The fake runner's tokens for ``r``, up to its stop token."""
+    want = expected_tokens(r.prompt_token_ids, r.params.max_tokens)
+    stop = r.params.stop_token_ids
+    return want[: want.index(stop[0]) + 1] if stop else want
+
+
 def _mixed_wave(rng: random.Random, prefix: str, n: int) -> list[EngineRequest]:
     wave = []
     for i in range(n):
@@ -89,11 +96,7 @@ def test_same_outputs_as_one_step_at_a_time(seed: int, blocks: int):
     got, finish = results[1]
     for wave in waves.values():
         for r in wave:
-            want = expected_tokens(r.prompt_token_ids, r.params.max_tokens)
-            stop = r.params.stop_token_ids
-            if stop:
-                want = want[: want.index(stop[0]) + 1]
-            assert got[r.request_id] == want, r.request_id
+            assert got[r.request_id] == _want(r), r.request_id
 
 
 def test_steady_decode_runs_ahead_every_step():
@@ -238,9 +241,5 @@ def test_requests_wait_for_a_state_slot_with_memory_and_lose_nothing(async_on: b
     assert runner.asked and max(runner.asked) == 4  # slot 4 was asked for and refused, never used
     for wave in waves.values():
         for r in wave:
-            want = expected_tokens(r.prompt_token_ids, r.params.max_tokens)
-            stop = r.params.stop_token_ids
-            if stop:
-                want = want[: want.index(stop[0]) + 1]
-            assert got[r.request_id] == want, r.request_id
+            assert got[r.request_id] == _want(r), r.request_id
             assert finish[r.request_id][2] is None  # no error
