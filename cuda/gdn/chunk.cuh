@@ -128,6 +128,25 @@ struct Smem {
   static constexpr int BYTES = RAW + 4 * 256;
 };
 
+// One chunk's dk-side operands on the split path: cuda/gdn/chunk_prep.cu writes one entry per (chunk,
+// value head), cuda/gdn/chunk_state.cu copies it into shared memory as it is. Four swizzled (off64)
+// 64 x 64 bf16 tiles: T = (I + A)^-1 hi and lo (lower blocks only are meaningful), Qn Kn^T ⊙ Γ ⊙ lower
+// (scaled by q_scale / |q|) hi and lo; then fp32 rows of 64: beta, c_x, c_o, c_u and G2 (log2 cumsum).
+// Mirrored by ENTRY_BYTES in engine/ops/gdn/chunk_split.py.
+struct Entry {
+  static constexpr int TH = 0, TL = 8192, AH = 16384, AL = 24576, CF = 32768;
+  enum { BETA, CX, CO, CU, G2, NROW };
+  static constexpr int BYTES = CF + NROW * 256;
+};
+
+// Entries of sequence b start at chunk index sum_{b' < b} ceil(len_b' / 64) (every CTA recomputes it
+// from query_start_loc: B is at most a few hundred, so the loop costs less than one tile load).
+__device__ __forceinline__ int chunk_offset(const int* qsl, int b) {
+  int acc = 0;
+  for (int i = 0; i < b; ++i) acc += (qsl[i + 1] - qsl[i] + 63) >> 6;
+  return acc;
+}
+
 // ---- a self-contained kernel phase (called once per chunk; inlined)
 
 // T_jj = (I + A_jj)^-1 of the four 16x16 diagonal blocks of A (fp32 in ad), by forward substitution
@@ -165,23 +184,26 @@ __device__ __forceinline__ void invert_diag_blocks(unsigned char* sm, const floa
 // gq and gq ^ 1 swap halves so that each stores two adjacent dv columns of one token; tokens >= n
 // (past the sequence end) are not stored. out [T, nv, 128]; t0 the chunk's first token, dv0 the warp's
 // first dv column of value head h.
-__device__ __forceinline__ void store_out_rows(const float (*O)[4], bf16_t* out, int t0, int n, int nv, int h, int dv0,
-                                               int lane) {
+// One 16-dv x 8-token accumulator tile o (tokens 8 nt .. 8 nt + 7 of the chunk), as store_out_rows.
+__device__ __forceinline__ void store_out_tile(const float* o, int nt, bf16_t* out, int t0, int n, int nv, int h,
+                                               int dv0, int lane) {
   const int gq = lane >> 2, tq = lane & 3;
   const bool odd = gq & 1;
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    const float r0 = __shfl_xor_sync(FULL, odd ? O[nt][0] : O[nt][1], 4);
-    const float r1 = __shfl_xor_sync(FULL, odd ? O[nt][2] : O[nt][3], 4);
-    const unsigned w0 = odd ? bf2(r0, O[nt][1]) : bf2(O[nt][0], r0);
-    const unsigned w1 = odd ? bf2(r1, O[nt][3]) : bf2(O[nt][2], r1);
-    const int tok = 8 * nt + 2 * tq + (odd ? 1 : 0);
-    if (tok < n) {
-      bf16_t* op = out + ((size_t)(t0 + tok) * nv + h) * 128 + dv0 + gq - (odd ? 1 : 0);
-      *reinterpret_cast<unsigned*>(op) = w0;
-      *reinterpret_cast<unsigned*>(op + 8) = w1;
-    }
+  const float r0 = __shfl_xor_sync(FULL, odd ? o[0] : o[1], 4);
+  const float r1 = __shfl_xor_sync(FULL, odd ? o[2] : o[3], 4);
+  const unsigned w0 = odd ? bf2(r0, o[1]) : bf2(o[0], r0);
+  const unsigned w1 = odd ? bf2(r1, o[3]) : bf2(o[2], r1);
+  const int tok = 8 * nt + 2 * tq + (odd ? 1 : 0);
+  if (tok < n) {
+    bf16_t* op = out + ((size_t)(t0 + tok) * nv + h) * 128 + dv0 + gq - (odd ? 1 : 0);
+    *reinterpret_cast<unsigned*>(op) = w0;
+    *reinterpret_cast<unsigned*>(op + 8) = w1;
   }
+}
+__device__ __forceinline__ void store_out_rows(const float (*O)[4], bf16_t* out, int t0, int n, int nv, int h, int dv0,
+                                               int lane) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) store_out_tile(O[nt], nt, out, t0, n, nv, h, dv0, lane);
 }
 
 }  // namespace gdnc

@@ -6,6 +6,8 @@ every sequence continuing from a state. Timing and table rows as engine/bench/ke
 replays, median); TFLOP/s counts the recurrence's 6 T Nv d^2 useful FLOPs for every implementation
 (the chunk form executes ~3.4x that on tensor cores with its hi/lo splits). fla is called as
 bench_prefill calls it: q/k pre-expanded to Nv heads, its own L2 norm, final state out.
+``--split``: the split path (arm ``prefill.split``) against the one-pass kernel, alternated, on the
+few-sequence shapes it is for (SPLIT_SHAPES).
 """
 
 from __future__ import annotations
@@ -16,11 +18,15 @@ import torch
 
 from engine.bench import kernels as B
 from engine.ops import reference as ref
-from engine.ops.gdn import chunk
+from engine.ops.compile import f32, i32, launch, ptr
+from engine.ops.gdn import chunk, chunk_split
 from engine.ops.gdn import recurrent as delta
 
 NK, NV, D = B.NK, B.NV, B.D
 SHAPES = ((32, 1024), (1, 32768))
+# --split: the few-sequence shapes the split path is for (W2's prompt, W1's prefill steps, a full
+# 2,048-token step of one prompt, and shorter prompts), then the one-pass kernel's own shapes
+SPLIT_SHAPES = ((1, 1024), (2, 1024), (1, 2048), (4, 512), (8, 256), (1, 32768), (32, 1024))
 
 
 def inputs(nseq: int, L: int, seed: int = 0):
@@ -143,6 +149,105 @@ def profile(nseq: int, L: int) -> None:
         )
 
 
+def split_ab(nseq: int, L: int, rounds: int = 3) -> None:
+    """The split path (and its dk-split state pass, ``chunk.dk2``) against the one-pass kernel on one
+    shape: errors against the fp32 reference, then ``rounds`` timings of each in rotated order and an
+    A/A pair of the one-pass kernel; prints each time and the ratios of the medians."""
+    import statistics
+
+    split = frozenset({"prefill.split"})
+    sides = {"one-pass": frozenset(), "split": split, "split dk2": split | {"chunk.dk2"}}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    T = nseq * L
+    on = chunk_split.use_split(nseq, NV, T, L, sms, split)
+    q, k, v, g, beta, st, qsl, slots, hinit = inputs(nseq, L, seed=1)
+    s_ref = st.clone()
+    want = ref.chunk_gated_delta_rule(q, k, v, g, beta, s_ref, qsl, slots, hinit, L)
+    live = slots.long().tolist()
+    errs = []
+    for name, arms in sides.items():
+        s = st.clone()
+        got = chunk.chunk_gated_delta_rule(q, k, v, g, beta, s, qsl, slots, hinit, L, arms=arms)
+        errs.append(f"{name} out {B.rel(got, want):.2e} state {max(B.rel(s[i], s_ref[i]) for i in live):.2e}")
+    path = "on" if on else "off: one-pass"
+    print(f"  split {nseq}x{L} (split path {path}): rel " + "; ".join(errs), flush=True)
+    nbytes = T * (2 * NK * D * 2 + 2 * NV * D * 2 + 2 * NV * 4) + nseq * NV * D * D * 4 * 2
+
+    def timed(arms):
+        call = lambda i: (
+            lambda: chunk.chunk_gated_delta_rule(  # noqa: E731
+                q, k, v, g, beta, st, qsl, slots, hinit, L, arms=arms
+            )
+        )
+        return B.time_graph(call, nbytes, max_r=2, reps=5 if T > 8192 else 20)
+
+    names = list(sides)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            times[name].append(timed(sides[name]))
+    aa = [timed(frozenset()), timed(frozenset())]
+    med = {n: statistics.median(t) for n, t in times.items()}
+    line = ", ".join(f"{n} {' '.join(f'{x:.1f}' for x in times[n])} us" for n in names)
+    ratios = ", ".join(f"{n} / one-pass {med[n] / med['one-pass']:.3f}" for n in names[1:])
+    print(f"  split {nseq}x{L}: {line}; {ratios}; A/A {aa[1] / aa[0]:.3f}", flush=True)
+    for n in names:
+        B.row("gdn prefill (chunk op)", f"{nseq}x{L}", f"{n} (median)", med[n], nbytes, 6 * T * NV * D * D)
+
+
+def split_parts(nseq: int, L: int) -> None:
+    """The split path's two passes timed apart (``--split-parts``): the prep pass alone, then the state
+    pass alone at each dv block over the entries the prep pass left."""
+    q, k, v, g, beta, st, qsl, slots, hinit = inputs(nseq, L)
+    T = nseq * L
+    rows = chunk_split.entry_rows(T, nseq)
+    entries = torch.empty(rows * NV * chunk_split.ENTRY_BYTES, dtype=torch.uint8, device=B.DEV)
+    out = torch.empty(T, NV, D, dtype=torch.bfloat16, device=B.DEV)
+    qs, sl, hi = qsl.int(), slots.int(), hinit.to(torch.uint8)
+    vv = chunk._vec16(v)
+
+    def prep():
+        args: tuple = (ptr(q), ptr(k), ptr(g), ptr(beta), ptr(qs), i32(nseq))
+        args += (ptr(entries), i32(NK), i32(NV), i32(q.stride(0)), i32(k.stride(0)))
+        launch(chunk_split._prep(), (NK, rows), (256,), (*args, f32(D**-0.5)), chunk_split.PREP_SMEM)
+
+    def state(dvb):
+        args: tuple = (ptr(q), ptr(k), ptr(vv), ptr(entries), ptr(st), ptr(qs))
+        args += (ptr(sl), ptr(hi), ptr(out), i32(NK), i32(NV))
+        args += (i32(q.stride(0)), i32(k.stride(0)), i32(vv.stride(0)))
+        fn = chunk_split._state(dvb, True, "float")
+        launch(fn, (NV * (D // dvb), nseq), (dvb * 2,), args, chunk_split.state_smem_bytes(dvb))
+
+    def state2():
+        args: tuple = (ptr(q), ptr(k), ptr(vv), ptr(entries), ptr(st), ptr(qs))
+        args += (ptr(sl), ptr(hi), ptr(out), i32(NK), i32(NV))
+        args += (i32(q.stride(0)), i32(k.stride(0)), i32(vv.stride(0)))
+        launch(chunk_split._state2(True, "float"), (NV * 4, nseq), (128,), args, chunk_split.STATE2_SMEM)
+
+    auto = chunk_split.pick_dvb(frozenset())
+    fn = chunk_split._prep()
+    try:  # resident CTAs per multiprocessor, as the driver computes them
+        from cupy.cuda import driver
+
+        occ = driver.occupancyMaxActiveBlocksPerMultiprocessor
+        s2 = chunk_split._state2(True, "float")
+        per_sm = occ(fn.ptr, 256, chunk_split.PREP_SMEM), occ(s2.ptr, 128, chunk_split.STATE2_SMEM)
+        print(f"  parts: resident CTAs per SM: prep {per_sm[0]}, dk2 state pass {per_sm[1]}", flush=True)
+    except Exception as e:  # noqa: BLE001 - a CuPy without the occupancy call: time without it
+        print(f"  parts: occupancy not queried ({type(e).__name__}: {e})", flush=True)
+    for carveout in (-1, 100):  # the driver's default split of L1 / shared memory, then the most shared
+        if carveout >= 0:
+            fn.preferred_shared_memory_carveout = carveout
+        us = B.time_graph(lambda i: prep, 0, max_r=2)
+        print(f"  parts {nseq}x{L}: prep pass {us:.1f} us ({rows * NK} CTAs, carveout {carveout})")
+    us = B.time_graph(lambda i: state2, 0, max_r=2)
+    print(f"  parts {nseq}x{L}: state pass dk2 (dv32) {us:.1f} us ({NV * 4 * nseq} CTAs)", flush=True)
+    for dvb in chunk_split.DVBS:
+        us = B.time_graph(lambda i, dvb=dvb: lambda: state(dvb), 0, max_r=2)
+        ctas = NV * (D // dvb) * nseq
+        print(f"  parts {nseq}x{L}: state pass dv{dvb} {us:.1f} us ({ctas} CTAs){' (auto)' * (dvb == auto)}")
+
+
 def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
@@ -153,6 +258,17 @@ def main() -> int:
         fn = chunk._function(dv, True)
         regs, local = fn.num_regs, fn.local_size_bytes
         print(f"  gdn_chunk_kernel<{dv}, true>: {regs} regs, {local} B local", flush=True)
+    if "--split-parts" in sys.argv:
+        for nseq, L in SPLIT_SHAPES[:5]:
+            split_parts(nseq, L)
+        return 0
+    if "--split" in sys.argv:  # the split path's shapes only
+        chunk_split.MAX_ENTRY_BYTES = 1 << 30  # let 1 x 32,768 take it too (its scratch: 0.56 GB)
+        first = len(B.ROWS)
+        for nseq, L in SPLIT_SHAPES:
+            split_ab(nseq, L)
+        B.print_table(B.ROWS[first:])
+        return 0
     for nseq, L in SHAPES:
         check(nseq, L, fla if "--check-fla" in sys.argv else None)
     if "--profile" in sys.argv:

@@ -4,7 +4,7 @@
 
 Steps, each through ``ModelRunner.execute_model`` (host batch build, forward, sampling), so decode-only
 steps replay their CUDA graph as in serving:
-- prefill: 2 sequences x 1,024 new tokens;
+- prefill: 2 sequences x 1,024 new tokens (and one, W2's prompt);
 - mixed: 32 decodes at ~1,100 tokens of context + 2,016 prefill tokens (one 1,024 prompt + a 992 chunk);
 - decode at batch 1, 8, 32 and 64, ~1,100 tokens of context.
 Reported per kind: wall time (median over repetitions, the sampler's host copy synchronises), launch
@@ -77,6 +77,7 @@ class Steps:
     def kinds(self) -> dict[str, list[ScheduledSeq]]:
         out = {
             "prefill 2 x 1024": [self.seq(i, 1024, 0) for i in range(2)],
+            "prefill 1 x 1024": [self.seq(0, 1024, 0)],  # W2's prompt
             "mixed 32 dec + 2016": [self.seq(i, 1, CTX) for i in range(32)]
             + [self.seq(32, 1024, 0), self.seq(33, 992, 32)],
         }

@@ -20,6 +20,7 @@ GEMM_EVIDENCE = "docs/bench-evidence/2026-12-01-skinny-gemm.md"
 ASYNC_EVIDENCE = "docs/bench-evidence/2026-12-01-async-scheduling.md"
 PDL_EVIDENCE = "docs/bench-evidence/2026-12-01-pdl.md"
 PIECEWISE_EVIDENCE = "docs/bench-evidence/2026-12-01-piecewise.md"
+SPLIT_EVIDENCE = "docs/bench-evidence/2026-12-01-chunk-split.md"
 
 
 # the "op" of an arm that changes how steps launch kernels (CUDA graphs) rather than an op's kernel
@@ -107,6 +108,17 @@ ARM_LIST = (
         "K2+K3: the chunked delta rule on tensor cores (off: the fp32 token-recurrent kernel)",
         True,
         EVIDENCE,
+    ),
+    # The split path (engine/ops/gdn/chunk_split.py): every chunk's dk-side work in a parallel pass,
+    # then a state pass with only the state-side products on its chunk-serial chain; for few-sequence
+    # prefills only (use_split). End to end (4 pairs + A/A): W2 TTFT mean 0.900x, p99 0.917x, TPOT
+    # equal; W1 duration 0.988x, median TTFT 0.826x, the rest within noise (SPLIT_EVIDENCE).
+    Arm(
+        "prefill.split",
+        "chunk_gated_delta_rule",
+        "few-sequence prefills: the chunks' dk-side work in a parallel pass before the state pass",
+        False,
+        SPLIT_EVIDENCE,
     ),
     # 26% faster conv prefill at kernel level, within the A/A noise end to end (run 3): off.
     Arm("conv.vec4", "causal_conv1d_prefill", "4 channels per thread in the conv prefill", False, EVIDENCE),

@@ -298,6 +298,36 @@ def test_tensorcore_prefill_in_the_model_as_accurate(tmp_path):
     report(test="tensorcore_prefill_model", rel_errs=errs, greedy_identical=same, of=len(prompts))
 
 
+def test_split_prefill_in_the_model_as_accurate(tmp_path):
+    """Arm prefill.split (the chunks' dk-side work in a parallel pass, then the state pass) in the whole
+    model: prefill logits of multi-chunk prompts, alone and in a varlen batch, are no further from the
+    fp32 reference than the one-pass tensor-core kernel's, and greedy tokens agree with it."""
+    pytest.importorskip("cupy")
+    from engine.ops.gdn import chunk_split
+
+    d = _small_ckpt(tmp_path)
+    truth = _small_runner(d, "float32", "torch", eager=True)
+    base = ("conv.chunk8", "prefill.tensorcore")
+    one = _small_runner(d, "bfloat16", "cuda", eager=True, arms=base)
+    split = _small_runner(d, "bfloat16", "cuda", eager=True, arms=(*base, "prefill.split"))
+    nv = split.model.cfg.linear_num_value_heads
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert chunk_split.use_split(1, nv, 600, 600, sms, frozenset({"prefill.split"}))
+    prompts = [[(7 * i + j * 13) % 400 for j in range(n)] for i, n in enumerate((600, 1, 63, 520))]
+    errs = []
+    for p in prompts:
+        t = harness.ds_prefill_logits(truth, p)
+        e_one, e_split = (
+            ((harness.ds_prefill_logits(r, p) - t).norm() / t.norm()).item() for r in (one, split)
+        )
+        errs.append((e_one, e_split))
+        assert e_split <= 1.5 * e_one + 1e-3, (len(p), e_one, e_split)
+    a, b = generate(one, prompts, 16), generate(split, prompts, 16)
+    same = sum(x == y for x, y in zip(a, b, strict=True))
+    report(test="split_prefill_model", rel_errs=errs, greedy_identical=same, of=len(prompts))
+    assert same >= len(prompts) - 1, (a, b)
+
+
 _NO_LIVE_BUILDS = textwrap.dedent(
     """
     import json, sys

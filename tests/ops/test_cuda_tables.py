@@ -11,6 +11,7 @@ from engine.ops.compile import arch_table, tuning_row, tuning_table
 
 TABLES = [
     ("gdn/chunk.cu", "GDN_CHUNK_TABLE"),
+    ("gdn/chunk_state.cu", "GDN_STATE_TABLE"),
     ("gdn/decode.cu", "DS_DECODE_TABLE"),
     ("gemm/skinny.cu", "SKINNY_TABLE"),
 ]

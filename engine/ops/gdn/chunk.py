@@ -9,7 +9,9 @@ CTA per multiprocessor, so few long sequences split dv (each CTA recomputing the
 Arms (bench / A-B only): ``chunk.dv32`` / ``chunk.dv64`` / ``chunk.dv128`` force the dv block;
 ``chunk.o1hi`` takes the inter-chunk output product Q S with the state's bf16 hi part only (64 fewer
 mma per warp and chunk; output error grows to ~2.5e-3 when a large initial state dominates);
-``chunk.profile`` runs a build with per-phase clock64 marks (:func:`profile_marks`). Every variant is
+``chunk.profile`` runs a build with per-phase clock64 marks (:func:`profile_marks`); ``prefill.split``
+(a kernel arm of the model) hands few-sequence calls to the two-pass split path
+(:mod:`engine.ops.gdn.chunk_split`), where the dv arms force the state pass's block. Every variant is
 built for an fp32 and a bf16 state pool (``engine.ops.gdn.state``).
 """
 
@@ -32,6 +34,7 @@ from engine.ops.compile import (
     read_source,
     tuning_row,
 )
+from engine.ops.gdn import chunk_split
 from engine.ops.gdn.recurrent import _check, _check_varlen
 from engine.ops.gdn.state import STATE_TYPES
 
@@ -126,7 +129,8 @@ def chunk_gated_delta_rule(
 
     ssm_state [S, Nv, 128, 128] fp32 or bf16 is read (has_initial_state) and written by slot, slots > 0
     only; the state stays fp32 across the chunks, a bf16 pool gets it rounded once at the end.
-    ``max_query_len`` is not needed (each CTA walks its own sequence's chunks).
+    ``max_query_len`` (a host int) only decides whether the split path runs (``prefill.split``:
+    :mod:`engine.ops.gdn.chunk_split`); each CTA walks its own sequence's chunks.
     """
     op = "chunk_gated_delta_rule"
     T, nk, nv, g, beta = _check(op, q, k, v, g, beta, ssm_state)
@@ -136,8 +140,12 @@ def chunk_gated_delta_rule(
         return out
     v = _vec16(v)
     qsl, slots, hinit = as_i32(query_start_loc), as_i32(state_slot), as_u8(has_initial_state)
-    dvb = pick_dvb(B * nv, _num_sms(v.device.index or 0), arms)
+    sms = _num_sms(v.device.index or 0)
     st = STATE_TYPES[ssm_state.dtype]
+    if "chunk.profile" not in arms and chunk_split.use_split(B, nv, T, int(max_query_len), sms, arms):
+        kw = {"nk": nk, "nv": nv, "st": st, "sms": sms, "arms": arms}
+        return chunk_split.run(q, k, v, g, beta, ssm_state, qsl, slots, hinit, out, **kw)
+    dvb = pick_dvb(B * nv, sms, arms)
     if "chunk.profile" in arms:
         fn = _profile_build(dvb, st)[1]
     else:

@@ -1,0 +1,58 @@
+"""When the split path of the chunked delta rule runs, and with what (engine.ops.gdn.chunk_split):
+pure host logic, so it runs on CPU CI."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.ops.gdn import chunk_split as cs
+
+SPLIT = frozenset({"prefill.split"})
+
+
+def test_entry_rows_bound_every_chunk_count():
+    """The prep grid (T // 64 + B rows) covers sum ceil(len / 64) for any lengths, zero included."""
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        lens = rng.integers(0, 300, size=int(rng.integers(1, 20)))
+        chunks = int(sum((n + 63) // 64 for n in lens))
+        assert chunks <= cs.entry_rows(int(lens.sum()), len(lens))
+
+
+def test_use_split_only_where_it_pays():
+    def on(num_seqs, num_tokens, max_len, arms=SPLIT):
+        return cs.use_split(num_seqs, 32, num_tokens, max_len, 132, arms, cc=90)
+
+    dvb, min_chunks = cs.state_params(90)
+    assert on(2, 2048, 1024)  # W1's prefill step
+    assert on(2, 1024, 1024)  # W2's prompt (+ a padding sequence)
+    assert not on(2, 2048, 1024, frozenset())  # arm off
+    assert not on(2, 64 * (min_chunks - 1), 64 * (min_chunks - 1))  # too short a chain to shorten
+    assert on(1, 64 * min_chunks, 64 * min_chunks)
+    assert not on(9, 2048, 1024)  # 288 one-pass CTAs fill the H200
+    # scratch cap: one 32,768-token prompt would need 0.56 GB of entries
+    assert not on(1, 32768, 32768)
+    assert cs.entry_rows(2048, 2) * 32 * cs.ENTRY_BYTES <= cs.MAX_ENTRY_BYTES
+
+
+def test_state_pass_dv_block():
+    assert cs.pick_dvb(frozenset(), cc=90) == cs.state_params(90)[0]
+    assert cs.pick_dvb(frozenset({"chunk.dv128"}), cc=90) == 128
+    for cc in (80, 90, 120):
+        assert cs.state_params(cc)[0] in cs.DVBS
+
+
+def test_dk_split_state_pass_only_where_its_ctas_fit():
+    none = frozenset()
+    assert cs.use_dk2(1, 32, 132, none)  # one prompt: 128 CTAs on the H200's 132 SMs
+    assert not cs.use_dk2(2, 32, 132, none)  # 256 CTAs: the dv-64 pass
+    assert not cs.use_dk2(1, 32, 70, none)  # the 5070 Ti's 70 SMs
+    assert cs.use_dk2(2, 32, 132, frozenset({"chunk.dk2"}))
+    assert not cs.use_dk2(1, 32, 132, frozenset({"chunk.dv64"}))
+
+
+def test_smem_within_sm120_limit():
+    assert cs.PREP_SMEM <= 99 * 1024
+    for d in cs.DVBS:
+        assert cs.state_smem_bytes(d) <= 99 * 1024
+    assert cs.STATE2_SMEM <= 99 * 1024
