@@ -2,7 +2,8 @@
 
 Kernels are built on first use (engine/ops/compile.py): a load from CuPy's disk cache takes
 milliseconds, a first NVRTC compile about a second. Several launch choices depend on the batch, not
-on the model: the GDN chunk kernel's dv block on how many prefill sequences share the step, the
+on the model: the GDN chunk kernel's dv block on how many prefill sequences share the step (and
+whether the split path runs, on how long the longest is), the
 skinny GEMM's row count on the decode batch, the attention kernel's warps on the longest query. A
 server whose start-up ran only one full-budget prefill would compile the rest inside live steps,
 stalling every running request for a second or more (two GDN chunk variants take 2-2.5 s each on the
@@ -22,6 +23,9 @@ from engine.model.forward_batch import SeqSpec
 
 MAX_DECODES = 8  # the skinny GEMM's row counts stop at 8; larger decode batches run cuBLAS
 MAX_PREFILL_SEQS = 64  # prefill sequences per warm-up step (the chunk kernel's CTA count grows with it)
+# One 64-token chunk: below any split-path threshold (engine/ops/gdn/chunk_split.py needs a longest
+# sequence of several chunks), so these prompts build the one-pass kernel's variants.
+SHORT_PROMPT = 64
 
 
 def probe_pool_size(tokens: int, max_num_seqs: int, block_size: int) -> tuple[int, int]:
@@ -37,7 +41,9 @@ def warmup_batches(tokens: int, max_num_seqs: int, block_size: int, slots: int) 
 
     - the full-budget prefill of one sequence (the profile step the memory plan has always run);
     - 2, 4, 8, ... and the most prefill sequences a step can hold, sharing the budget (the chunk
-      kernel's dv block);
+      kernel's dv block, and for few long sequences the split path's state pass);
+    - the same counts of one-chunk prompts (the one-pass chunk kernel, which long prompts of few
+      sequences no longer reach);
     - decode-only batches of 1..MAX_DECODES (the skinny GEMM's rows; eager steps, and what the
       decode graphs capture);
     - a mixed step: decodes first, then one prefill chunk filling the rest of the budget.
@@ -48,9 +54,14 @@ def warmup_batches(tokens: int, max_num_seqs: int, block_size: int, slots: int) 
         )
     alloc = _Blocks(block_size)
     batches = [[alloc.prefill(tokens, 1)]]
-    for n in prefill_counts(min(max_num_seqs, MAX_PREFILL_SEQS, tokens))[1:]:
+    counts = prefill_counts(min(max_num_seqs, MAX_PREFILL_SEQS, tokens))
+    for n in counts[1:]:
         alloc.reset()
         batches.append([alloc.prefill(tokens // n, 1 + i % slots) for i in range(n)])
+    for n in counts:  # the same counts with one-chunk prompts: the one-pass chunk kernel, not the split
+        if tokens // n > SHORT_PROMPT:
+            alloc.reset()
+            batches.append([alloc.prefill(SHORT_PROMPT, 1 + i % slots) for i in range(n)])
     for n in range(1, min(max_num_seqs, MAX_DECODES) + 1):
         alloc.reset()
         batches.append([alloc.decode(1 + i % slots) for i in range(n)])

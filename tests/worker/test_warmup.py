@@ -11,7 +11,7 @@ from engine.model.cache import ModelCache
 from engine.model.forward_batch import ForwardBatch
 from engine.worker.model_runner import ModelRunner
 from engine.worker.resolve import resolve_model
-from engine.worker.warmup import MAX_DECODES, prefill_counts, probe_pool_size, warmup_batches
+from engine.worker.warmup import MAX_DECODES, SHORT_PROMPT, prefill_counts, probe_pool_size, warmup_batches
 
 GRID = [(2048, 32, 32), (2048, 64, 16), (8192, 256, 64), (512, 3, 16), (64, 1, 16), (17, 128, 16)]
 
@@ -39,6 +39,9 @@ def test_batches_fit_the_budget_and_the_profile_pool(tokens, max_seqs, bs):
     prefills = {p for d, p in kinds if d == 0}
     cap = min(max_seqs, 64, tokens)
     assert prefills == {n for n in (1, 2, 4, 8, 16, 32) if n < cap} | {cap}
+    # every count also runs with prompts of one chunk (the one-pass chunk kernel's variants)
+    short = {len(b) for b in batches if all(not s.is_decode and len(s.token_ids) <= SHORT_PROMPT for s in b)}
+    assert short == prefills
     assert {d for d, p in kinds if p == 0} == set(range(1, min(max_seqs, MAX_DECODES) + 1))
     mixed = [(d, p) for d, p in kinds if d and p]
     assert mixed == ([(min(max_seqs - 1, MAX_DECODES, tokens - 1), 1)] if max_seqs > 1 else [])
@@ -74,3 +77,36 @@ def test_prefill_counts_reach_every_chunk_dv_block(monkeypatch, cc, sms, nv, cap
     monkeypatch.setattr(chunk, "chunk_params", lambda: row)
     picks = {b: chunk.pick_dvb(b * nv, sms, frozenset()) for b in range(1, cap + 1)}
     assert {picks[b] for b in prefill_counts(cap)} == set(picks.values())
+
+
+@pytest.mark.parametrize("cc", [90, 120])
+@pytest.mark.parametrize("sms", [132, 70])
+@pytest.mark.parametrize("tokens,cap", [(2048, 32), (2048, 64), (8192, 256), (512, 3)])
+def test_warmup_reaches_every_chunk_path(monkeypatch, cc, sms, tokens, cap):
+    """Every launch choice of the chunked delta rule (split path with either state pass, or the
+    one-pass kernel and its dv block) that a prefill of 1..cap uniform sequences can take is taken by
+    one of the warm-up batches (engine/ops/gdn/chunk.py's dispatch, without a GPU; Nv 32)."""
+    from engine.ops.arms import DEFAULT_ARMS
+    from engine.ops.gdn import chunk, chunk_split
+
+    row = chunk.chunk_params(cc)
+    monkeypatch.setattr(chunk, "chunk_params", lambda: row)
+    nv = 32
+
+    def choice(lens):
+        n, t = len(lens), sum(lens)
+        if chunk_split.use_split(n, nv, t, max(lens), sms, DEFAULT_ARMS, cc):
+            dk2 = chunk_split.use_dk2(n, nv, sms, DEFAULT_ARMS)
+            return ("split", "dk2" if dk2 else chunk_split.pick_dvb(DEFAULT_ARMS, cc))
+        return ("one-pass", chunk.pick_dvb(n * nv, sms, DEFAULT_ARMS))
+
+    blocks, slots = probe_pool_size(tokens, cap, 16)
+    warm = {
+        choice([len(s.token_ids) for s in b])
+        for b in warmup_batches(tokens, cap, 16, slots - 1)
+        if not any(s.is_decode for s in b)
+    }
+    top = min(cap, 64, tokens)
+    lengths = lambda n: {1, SHORT_PROMPT, tokens // n}  # noqa: E731
+    serving = {choice([L] * n) for n in range(1, top + 1) for L in lengths(n) if L * n <= tokens}
+    assert serving <= warm, serving - warm
