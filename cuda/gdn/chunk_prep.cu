@@ -16,7 +16,7 @@
 // copied out in one linear pass; cuda/gdn/chunk_state.cu reads it back with cp.async as it is.
 //
 // Layouts as chunk.cu: q, k [T, Nk, 128] bf16 (token stride given, 16-byte aligned), g, beta [T, Nv]
-// fp32, qsl [B+1]. Grid (Nk, T / 64 + B): an upper bound on sum_b ceil(len_b / 64); a CTA past the
+// fp32, qsl [B+1]. Grid (Nk, (T + 63 B) / 64): an upper bound on sum_b ceil(len_b / 64); a CTA past the
 // last chunk exits. entries [grid.y][Nv][Entry::BYTES], indexed by (chunk_offset(b) + c, h).
 // Deterministic: fixed accumulation order, no atomics.
 #include "common/arch_params.cuh"

@@ -117,7 +117,7 @@ ARM_LIST = (
         "prefill.split",
         "chunk_gated_delta_rule",
         "few-sequence prefills: the chunks' dk-side work in a parallel pass before the state pass",
-        False,
+        True,
         SPLIT_EVIDENCE,
     ),
     # 26% faster conv prefill at kernel level, within the A/A noise end to end (run 3): off.

@@ -11,12 +11,15 @@ SPLIT = frozenset({"prefill.split"})
 
 
 def test_entry_rows_bound_every_chunk_count():
-    """The prep grid (T // 64 + B rows) covers sum ceil(len / 64) for any lengths, zero included."""
+    """The prep grid ((T + 63 B) // 64 rows) covers sum ceil(len / 64) for any lengths, zero included,
+    and is exact for one sequence."""
     rng = np.random.default_rng(0)
     for _ in range(2000):
         lens = rng.integers(0, 300, size=int(rng.integers(1, 20)))
         chunks = int(sum((n + 63) // 64 for n in lens))
         assert chunks <= cs.entry_rows(int(lens.sum()), len(lens))
+    for n in range(0, 5000, 7):
+        assert cs.entry_rows(n, 1) == (n + 63) // 64
 
 
 def test_use_split_only_where_it_pays():

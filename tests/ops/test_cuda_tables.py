@@ -66,6 +66,7 @@ def test_arm_registry_entries_are_complete():
         "conv.k4",
         "decode.fused",
         "prefill.tensorcore",
+        "prefill.split",
         "norm.fused",
         "attention.qk_fused",
         "attention.paged",

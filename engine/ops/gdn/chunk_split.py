@@ -43,8 +43,9 @@ def state_smem_bytes(dvb: int) -> int:
 
 
 def entry_rows(num_tokens: int, num_seqs: int) -> int:
-    """Upper bound on sum_b ceil(len_b / 64): the prep grid's y and the scratch's chunk rows."""
-    return num_tokens // 64 + num_seqs
+    """Upper bound on sum_b ceil(len_b / 64) = sum_b floor((len_b + 63) / 64) <= floor((T + 63 B) / 64):
+    the prep grid's y and the scratch's chunk rows (exact for one sequence)."""
+    return (num_tokens + 63 * num_seqs) // 64
 
 
 def state_params(cc: int | None = None) -> tuple[int, int]:
