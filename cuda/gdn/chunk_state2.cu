@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(128, 2)
   using gdns2::IC;
   using L = gdns2::Smem;
   constexpr int DVB = L::DVB, NT = L::NW * 32, NB = 128 / DVB, VCPR = DVB / 8;
-  static_assert(L::BYTES == 96768, "mirrored by state2_smem_bytes() in engine/ops/gdn/chunk_split.py");
+  static_assert(L::BYTES == 96768, "mirrored by STATE2_SMEM in engine/ops/gdn/chunk_split.py");
   unsigned char* sm = dyn_smem();
   const unsigned sb = smem_addr(sm);
   float* xb = reinterpret_cast<float*>(sm + L::XB);

@@ -59,3 +59,19 @@ def test_smem_within_sm120_limit():
     for d in cs.DVBS:
         assert cs.state_smem_bytes(d) <= 99 * 1024
     assert cs.STATE2_SMEM <= 99 * 1024
+
+
+def test_wrapper_mirrors_the_kernels_static_asserts():
+    """The byte sizes the wrapper allocates and launches with are the ones the kernels assert at
+    compile time (nvcc checks the .cu side in tests/test_cuda_compile.py; this ties the two)."""
+    import re
+    from pathlib import Path
+
+    cuda = Path(__file__).resolve().parents[2] / "cuda" / "gdn"
+    prep = (cuda / "chunk_prep.cu").read_text()
+    assert re.search(rf"L::BYTES == {cs.PREP_SMEM}\b", prep)
+    assert re.search(rf"Entry::BYTES == {cs.ENTRY_BYTES}\b", prep)
+    state = (cuda / "chunk_state.cu").read_text()
+    m = re.search(r"L::BYTES == (\d+) \+ (\d+) \* DVB", state)
+    assert m and all(cs.state_smem_bytes(d) == int(m[1]) + int(m[2]) * d for d in cs.DVBS)
+    assert re.search(rf"L::BYTES == {cs.STATE2_SMEM}\b", (cuda / "chunk_state2.cu").read_text())
