@@ -176,34 +176,8 @@ __global__ void __launch_bounds__(DVB * 2, 1)
     __syncthreads();
     GDNC_MARK(3);
     // ---- 1/|k|, 1/|q| per token (4 lanes per row), cumulative log2 decay
-    for (int base = 8 * w; base < 128; base += 8 * NW) {
-      const int rr = base + gq, r = rr & 63;
-      const unsigned char* tile = sm + (rr >= 64 ? L::Q : L::K);
-      float ss = 0.f;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        float f[8];
-        unpack8(*reinterpret_cast<const uint4*>(tile + swz<16>(r, 4 * tq + u)), f);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) ss = fmaf(f[e], f[e], ss);
-      }
-      ss += __shfl_xor_sync(FULL, ss, 1);
-      ss += __shfl_xor_sync(FULL, ss, 2);
-      if (tq == 0) cf[(rr >= 64 ? CF_RQ : CF_RK) * 64 + r] = rsqrtf(ss + 1e-6f);
-    }
-    if (w == NW - 1) {
-      const float g0 = graw[2 * lane], g1 = graw[2 * lane + 1];
-      float s = g0 + g1;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const float y = __shfl_up_sync(FULL, s, o);
-        if (lane >= o) s += y;
-      }
-      float ex = __shfl_up_sync(FULL, s, 1);
-      if (lane == 0) ex = 0.f;
-      cf[CF_G2 * 64 + 2 * lane] = (ex + g0) * LOG2E;
-      cf[CF_G2 * 64 + 2 * lane + 1] = (ex + g0 + g1) * LOG2E;
-    }
+    inv_norms<NW>(sm, L::K, L::Q, cf, CF_RK, CF_RQ, w, gq, tq);
+    if (w == NW - 1) cumsum_log2(graw, cf + CF_G2 * 64, lane);
     __syncthreads();
     const float* G2 = cf + CF_G2 * 64;
     const float* RK = cf + CF_RK * 64;

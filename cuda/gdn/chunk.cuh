@@ -147,15 +147,51 @@ __device__ __forceinline__ int chunk_offset(const int* qsl, int b) {
   return acc;
 }
 
-// ---- a self-contained kernel phase (called once per chunk; inlined)
+// ---- per-chunk phases shared by chunk.cu and chunk_prep.cu (inlined)
 
-// T_jj = (I + A_jj)^-1 of the four 16x16 diagonal blocks of A (fp32 in ad), by forward substitution
-// in fp32: warps 0-1, one lane per column of one block; stored split into bf16 hi and lo at MH / ML.
-template <int AD_STRIDE, int MH, int ML>
-__device__ __forceinline__ void invert_diag_blocks(unsigned char* sm, const float* ad, int w, int lane) {
-  const int bj = 2 * w + (lane >> 4), col = lane & 15;
-  const float* lb = ad + bj * AD_STRIDE;
-  float x[16];
+// 1/|row| + eps of the 64 K rows and 64 Q rows of the swizzled [64][128] tiles at sm + k_tile / q_tile,
+// into rows rk_row / rq_row of the fp32 [.][64] coefficients cf: 4 lanes per row, NW warps taking 8
+// rows at a time.
+template <int NW>
+__device__ __forceinline__ void inv_norms(const unsigned char* sm, int k_tile, int q_tile, float* cf, int rk_row,
+                                          int rq_row, int w, int gq, int tq) {
+  for (int base = 8 * w; base < 128; base += 8 * NW) {
+    const int rr = base + gq, r = rr & 63;
+    const unsigned char* tile = sm + (rr >= 64 ? q_tile : k_tile);
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      float f[8];
+      unpack8(*reinterpret_cast<const uint4*>(tile + swz<16>(r, 4 * tq + u)), f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss = fmaf(f[e], f[e], ss);
+    }
+    ss += __shfl_xor_sync(FULL, ss, 1);
+    ss += __shfl_xor_sync(FULL, ss, 2);
+    if (tq == 0) cf[(rr >= 64 ? rq_row : rk_row) * 64 + r] = rsqrtf(ss + 1e-6f);
+  }
+}
+
+// One warp: g2[i] = log2(e) * (g[0] + ... + g[i]) for the chunk's 64 tokens (pair sums, then a warp
+// scan; g2 may be g itself: every lane reads its pair before any lane writes).
+__device__ __forceinline__ void cumsum_log2(const float* g, float* g2, int lane) {
+  const float g0 = g[2 * lane], g1 = g[2 * lane + 1];
+  float s = g0 + g1;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float y = __shfl_up_sync(FULL, s, o);
+    if (lane >= o) s += y;
+  }
+  float ex = __shfl_up_sync(FULL, s, 1);
+  if (lane == 0) ex = 0.f;
+  g2[2 * lane] = (ex + g0) * LOG2E;
+  g2[2 * lane + 1] = (ex + g0 + g1) * LOG2E;
+}
+
+// Column col of (I + L)^-1 for a strictly lower 16x16 block L (row stride ld floats, rows 16-byte
+// aligned), by forward substitution in fp32: x[i] for i < col is 0, x[col] 1.
+template <int LD>
+__device__ __forceinline__ void diag_inverse_column(const float* lb, int col, float (&x)[16]) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) x[i] = i == col ? 1.f : 0.f;
 #pragma unroll
@@ -163,7 +199,7 @@ __device__ __forceinline__ void invert_diag_blocks(unsigned char* sm, const floa
     float acc = 0.f;
 #pragma unroll
     for (int m4 = 0; m4 < i; m4 += 4) {
-      const float4 l4 = *reinterpret_cast<const float4*>(lb + i * 16 + m4);
+      const float4 l4 = *reinterpret_cast<const float4*>(lb + i * LD + m4);
       const float lv[4] = {l4.x, l4.y, l4.z, l4.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e)
@@ -171,6 +207,17 @@ __device__ __forceinline__ void invert_diag_blocks(unsigned char* sm, const floa
     }
     if (i > col) x[i] = -acc;
   }
+}
+
+// ---- a self-contained kernel phase (called once per chunk; inlined)
+
+// T_jj = (I + A_jj)^-1 of the four 16x16 diagonal blocks of A (fp32 in ad), by forward substitution
+// in fp32: warps 0-1, one lane per column of one block; stored split into bf16 hi and lo at MH / ML.
+template <int AD_STRIDE, int MH, int ML>
+__device__ __forceinline__ void invert_diag_blocks(unsigned char* sm, const float* ad, int w, int lane) {
+  const int bj = 2 * w + (lane >> 4), col = lane & 15;
+  float x[16];
+  diag_inverse_column<16>(ad + bj * AD_STRIDE, col, x);
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const unsigned hl = bf2(x[i], 0.f);

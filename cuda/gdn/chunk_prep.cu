@@ -79,21 +79,7 @@ __global__ void __launch_bounds__(256, 2)
   __syncthreads();
 
   // ---- 1/|k|, 1/|q| per token (4 lanes per row)
-  for (int base = 8 * w; base < 128; base += 64) {
-    const int rr = base + gq, r = rr & 63;
-    const unsigned char* tile = sm + (rr >= 64 ? L::Q : L::K);
-    float ss = 0.f;
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      float f[8];
-      unpack8(*reinterpret_cast<const uint4*>(tile + swz<16>(r, 4 * tq + u)), f);
-#pragma unroll
-      for (int x = 0; x < 8; ++x) ss = fmaf(f[x], f[x], ss);
-    }
-    ss += __shfl_xor_sync(FULL, ss, 1);
-    ss += __shfl_xor_sync(FULL, ss, 2);
-    if (tq == 0) cf[(rr >= 64 ? L::RQ : L::RK) * 64 + r] = rsqrtf(ss + 1e-6f);
-  }
+  inv_norms<8>(sm, L::K, L::Q, cf, L::RK, L::RQ, w, gq, tq);
   // ---- raw K K^T and Q K^T on the 20 lower 16x8 tiles each: 5 tiles per warp
   int tm[5], tr[5], tn[5], abase[5], bbase[5];
   float acc[5][4];
@@ -136,20 +122,7 @@ __global__ void __launch_bounds__(256, 2)
     }
     __syncthreads();
     // ---- cumulative log2 decay (warp 7, in place), then the per-token rows
-    if (w == 7) {
-      float* gr = cf + Entry::G2 * 64;
-      const float g0 = gr[2 * lane], g1 = gr[2 * lane + 1];
-      float s = g0 + g1;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const float y = __shfl_up_sync(FULL, s, o);
-        if (lane >= o) s += y;
-      }
-      float ex = __shfl_up_sync(FULL, s, 1);
-      if (lane == 0) ex = 0.f;
-      gr[2 * lane] = (ex + g0) * LOG2E;
-      gr[2 * lane + 1] = (ex + g0 + g1) * LOG2E;
-    }
+    if (w == 7) cumsum_log2(cf + Entry::G2 * 64, cf + Entry::G2 * 64, lane);
     __syncthreads();
     const float* G2 = cf + Entry::G2 * 64;
     const float* RK = cf + L::RK * 64;
@@ -187,23 +160,8 @@ __global__ void __launch_bounds__(256, 2)
     // ---- T_jj = (I + A_jj)^-1: warps 0-1, one lane per column of one diagonal block
     if (w < 2) {
       const int bj = 2 * w + (lane >> 4), col = lane & 15;
-      const float* lb = af + 16 * bj * L::LD + 16 * bj;
       float x[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) x[i] = i == col ? 1.f : 0.f;
-#pragma unroll
-      for (int i = 1; i < 16; ++i) {
-        float s = 0.f;
-#pragma unroll
-        for (int m4 = 0; m4 < i; m4 += 4) {
-          const float4 l4 = *reinterpret_cast<const float4*>(lb + i * L::LD + m4);
-          const float lv[4] = {l4.x, l4.y, l4.z, l4.w};
-#pragma unroll
-          for (int u = 0; u < 4; ++u)
-            if (m4 + u < i) s = fmaf(lv[u], x[m4 + u], s);
-        }
-        if (i > col) x[i] = -s;
-      }
+      diag_inverse_column<L::LD>(af + 16 * bj * L::LD + 16 * bj, col, x);
 #pragma unroll
       for (int i = 0; i < 16; ++i) tf[(16 * bj + i) * L::LD + 16 * bj + col] = x[i];
     }
