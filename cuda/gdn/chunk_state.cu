@@ -20,6 +20,7 @@
 // Layouts as chunk.cu (q, k, v, state, out, qsl, slots, has_init); entries as chunk_prep.cu.
 #include "common/arch_params.cuh"
 #include "chunk.cuh"
+#include "chunk_state.cuh"
 #include "state.cuh"
 
 // Per-arch tuning rows, parsed by engine/ops/gdn/chunk_split.py: (SM, DVB, MIN_CHUNKS). DVB is the
@@ -44,20 +45,6 @@ struct StateParams;
 GDN_STATE_TABLE(GDN_STATE_ROW)
 #undef GDN_STATE_ROW
 
-namespace gdns {
-using gdnc::Entry;
-// shared memory in bytes (mirrored by state_smem_bytes() in engine/ops/gdn/chunk_split.py); T and Aqk
-// sit in the entry's own order so each copies as one linear range
-template <int DVB>
-struct Smem {
-  static constexpr int Q = 0, K = 16384;       // bf16 [64][128], swz<16>
-  static constexpr int TH = 32768, TL = TH + Entry::TL, AH = TH + Entry::AH, AL = TH + Entry::AL;
-  static constexpr int CF = TH + Entry::CF;    // fp32 [2 parity][Entry::NROW][64]
-  static constexpr int CF_BYTES = Entry::NROW * 256;
-  static constexpr int V = CF + 2 * CF_BYTES;  // bf16 [64][DVB]
-  static constexpr int BYTES = V + 64 * DVB * 2;
-};
-}  // namespace gdns
 
 template <int DVB, bool O1LO, typename ST>
 __global__ void __launch_bounds__(DVB * 2, 1)
@@ -67,6 +54,7 @@ __global__ void __launch_bounds__(DVB * 2, 1)
                            const unsigned char* __restrict__ has_init, bf16_t* __restrict__ out, int nk, int nv,
                            int q_stride, int k_stride, int v_stride) {
   using namespace gdnc;
+  using gdns::Entry;
   using L = gdns::Smem<DVB>;
   constexpr int NW = DVB / 16, NT = NW * 32, NB = 128 / DVB, VCPR = DVB / 8;
   static_assert(DVB == 32 || DVB == 64 || DVB == 128, "dv block of 32, 64 or 128");
@@ -87,7 +75,6 @@ __global__ void __launch_bounds__(DVB * 2, 1)
   const bf16_t* qh = q + hk * 128;
   const bf16_t* kh = k + hk * 128;
   const bf16_t* vh = v + h * 128 + vb * DVB;
-  auto entry = [&](int c) { return entries + ((size_t)(first + c) * nv + h) * Entry::BYTES; };
 
   float P[16][4];  // P[nt][e] = S[dk = 8 nt + 2 tq + (e & 1)][dv = dv0 + gq + 8 (e >> 1)]
   auto p_at = [&](int nt, int e) { return sp + (8 * nt + 2 * tq + (e & 1)) * 128 + dv0 + gq + 8 * (e >> 1); };
@@ -98,40 +85,11 @@ __global__ void __launch_bounds__(DVB * 2, 1)
     for (int e = 0; e < 4; ++e)
       P[nt][e] = load ? StateIO<ST>::load1(p_at(nt, e)) : 0.f;
 
-  // (the copy index math uses an opaque tid so that it is not hoisted out of the chunk loop)
-  auto issue_q = [&](int c) {  // Q tile and the entry's rows of chunk c
-    const int t0 = t_begin + 64 * c, n = min(64, t_end - t0), ti = (int)opaque((unsigned)tid);
-    for (int i = ti; i < 64 * 16; i += NT) {
-      const int r = i >> 4, ch = i & 15;
-      const bool ok = r < n;
-      cp16(sb + L::Q + swz<16>(r, ch), qh + (size_t)(ok ? t0 + r : t_begin) * q_stride + ch * 8, ok);
-    }
-    const unsigned char* src = entry(c) + Entry::CF;
-    for (int i = ti; i < L::CF_BYTES / 16; i += NT) cp16(sb + L::CF + (c & 1) * L::CF_BYTES + 16 * i, src + 16 * i, true);
-  };
-  auto issue_aqk = [&](int c) {  // Aqk hi and lo of chunk c
-    const unsigned char* src = entry(c) + Entry::AH;
-    for (int i = (int)opaque((unsigned)tid); i < 16384 / 16; i += NT) cp16(sb + L::AH + 16 * i, src + 16 * i, true);
-  };
-  auto issue_tkv = [&](int c) {  // T hi and lo, K and V tiles of chunk c
-    const int t0 = t_begin + 64 * c, n = min(64, t_end - t0), ti = (int)opaque((unsigned)tid);
-    const unsigned char* src = entry(c) + Entry::TH;
-    for (int i = ti; i < 16384 / 16; i += NT) cp16(sb + L::TH + 16 * i, src + 16 * i, true);
-    for (int i = ti; i < 64 * 16; i += NT) {
-      const int r = i >> 4, ch = i & 15;
-      const bool ok = r < n;
-      cp16(sb + L::K + swz<16>(r, ch), kh + (size_t)(ok ? t0 + r : t_begin) * k_stride + ch * 8, ok);
-    }
-    for (int i = ti; i < 64 * VCPR; i += NT) {
-      const int r = i / VCPR, ch = i % VCPR;
-      const bool ok = r < n;
-      cp16(sb + L::V + swz<VCPR>(r, ch), vh + (size_t)(ok ? t0 + r : t_begin) * v_stride + ch * 8, ok);
-    }
-  };
+  const gdns::Loads<DVB, NT> ld{sb, qh, kh, vh, entries, first, nv, h, q_stride, k_stride, v_stride, t_begin, t_end, tid};
   if (nchunks > 0) {
-    issue_q(0);
+    ld.q(0);
     cp_commit();
-    issue_tkv(0);
+    ld.tkv(0);
     cp_commit();
   }
 
@@ -151,7 +109,7 @@ __global__ void __launch_bounds__(DVB * 2, 1)
 
     cp_wait<1>();  // (a) Q and the rows of this chunk; every warp is past the last chunk's output
     __syncthreads();
-    issue_aqk(c);
+    ld.aqk(c);
     cp_commit();
     // ---- O1 = P Q^T (tokens along n) with the state from before this chunk
     float O[8][4];
@@ -173,7 +131,7 @@ __global__ void __launch_bounds__(DVB * 2, 1)
     }
     cp_wait<0>();  // (c) T, K, V and Aqk of this chunk
     __syncthreads();
-    if (c + 1 < nchunks) issue_q(c + 1);  // every warp is done with Q
+    if (c + 1 < nchunks) ld.q(c + 1);  // every warp is done with Q
     cp_commit();
     // ---- R^T = V^T diag(beta) - (P K^T) diag(c_x)
     float X[8][4];
@@ -191,62 +149,12 @@ __global__ void __launch_bounds__(DVB * 2, 1)
         mma(X[2 * p + 1], al, bf[2], bf[3]);
       }
     }
-    const float* braw = cfc + Entry::BETA * 64;
-    const float* cx = cfc + Entry::CX * 64;
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      unsigned vv[4];
-      ldsm4t(s0 + L::V + ov + p * 16 * VCPR * 16, vv);
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float* x = X[2 * p + hh];
-        const int j = 16 * p + 8 * hh + 2 * tq;
-        const float b0 = braw[j], b1 = braw[j + 1], c0 = cx[j], c1 = cx[j + 1];
-        x[0] = b0 * lo_bf16(vv[2 * hh]) - c0 * x[0];
-        x[1] = b1 * hi_bf16(vv[2 * hh]) - c1 * x[1];
-        x[2] = b0 * lo_bf16(vv[2 * hh + 1]) - c0 * x[2];
-        x[3] = b1 * hi_bf16(vv[2 * hh + 1]) - c1 * x[3];
-      }
-    }
-    // ---- Vn^T = R^T T^T: source block kb feeds every output block j >= kb
+    gdns::r_from_x<VCPR>(X, s0 + L::V + ov, cfc + Entry::BETA * 64, cfc + Entry::CX * 64, tq);
     float Vn[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) Vn[nt][0] = Vn[nt][1] = Vn[nt][2] = Vn[nt][3] = 0.f;
-#pragma unroll
-    for (int kb = 0; kb < 4; ++kb) {
-      frag_a(X[2 * kb], X[2 * kb + 1], ah, al);
-#pragma unroll
-      for (int j = kb; j < 4; ++j) {
-        ldsm4(s0 + L::TH + ob8(kb) + j * 2048, bf);
-        ldsm4(s0 + L::TL + ob8(kb) + j * 2048, bl);
-        mma3(Vn[2 * j], ah, al, bf[0], bf[1], bl[0], bl[1]);
-        mma3(Vn[2 * j + 1], ah, al, bf[2], bf[3], bl[2], bl[3]);
-      }
-    }
-    // ---- P <- e^{G_last} P + (Vn diag(c_u)) K   (K rows are tokens: B fragments via .trans)
-    const float egl = exp2f(cfc[Entry::G2 * 64 + 63]);
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) P[nt][e] *= egl;
-#pragma unroll
-    for (int kb = 0; kb < 4; ++kb) {
-      const float* cu = cfc + Entry::CU * 64 + 16 * kb + 2 * tq;
-      const float u0[4] = {Vn[2 * kb][0] * cu[0], Vn[2 * kb][1] * cu[1], Vn[2 * kb][2] * cu[0], Vn[2 * kb][3] * cu[1]};
-      const float u1[4] = {Vn[2 * kb + 1][0] * cu[8], Vn[2 * kb + 1][1] * cu[9], Vn[2 * kb + 1][2] * cu[8],
-                           Vn[2 * kb + 1][3] * cu[9]};
-      frag_a(u0, u1, ah, al);
-#pragma unroll
-      for (int c2 = 0; c2 < 8; ++c2) {
-        ldsm4t(s0 + L::K + oa16(c2 & 3) + (c2 & 4) * 32 + kb * 4096, bf);
-        mma(P[2 * c2], ah, bf[0], bf[1]);
-        mma(P[2 * c2], al, bf[0], bf[1]);
-        mma(P[2 * c2 + 1], ah, bf[2], bf[3]);
-        mma(P[2 * c2 + 1], al, bf[2], bf[3]);
-      }
-    }
+    gdns::vn_from_r(X, Vn, s0 + L::TH, s0 + L::TL, ob8);
+    gdns::state_update<8>(P, Vn, s0 + L::K, cfc, tq, oa16);
     __syncthreads();  // (e) every warp is done with T, K and V
-    if (c + 1 < nchunks) issue_tkv(c + 1);
+    if (c + 1 < nchunks) ld.tkv(c + 1);
     cp_commit();
     // ---- O^T = O1^T diag(c_o) + Vn^T Aqk^T, stored as bf16 rows of the output
 #pragma unroll

@@ -1,0 +1,143 @@
+// What the two state passes of the split path (cuda/gdn/chunk_state.cu, chunk_state2.cu) share:
+// the shared-memory layout, the per-chunk tile loads from the prep pass's entries and the q / k / v
+// buffers, and the state-side phases (notation: chunk.cu's header). Every function is inlined.
+#pragma once
+
+#include "chunk.cuh"
+
+namespace gdns {
+using gdnc::Entry;
+
+// shared memory in bytes (mirrored by state_smem_bytes() in engine/ops/gdn/chunk_split.py); T and Aqk
+// sit in the entry's own order so each copies as one linear range
+template <int DVB>
+struct Smem {
+  static constexpr int Q = 0, K = 16384;       // bf16 [64][128], swz<16>
+  static constexpr int TH = 32768, TL = TH + Entry::TL, AH = TH + Entry::AH, AL = TH + Entry::AL;
+  static constexpr int CF = TH + Entry::CF;    // fp32 [2 parity][Entry::NROW][64]
+  static constexpr int CF_BYTES = Entry::NROW * 256;
+  static constexpr int V = CF + 2 * CF_BYTES;  // bf16 [64][DVB]
+  static constexpr int BYTES = V + 64 * DVB * 2;
+};
+
+// One CTA's cp.async loads of chunk c, NT threads, DVB value columns (the copy index math uses an
+// opaque tid so that it is not hoisted out of the chunk loop).
+template <int DVB, int NT>
+struct Loads {
+  using L = Smem<DVB>;
+  static constexpr int VCPR = DVB / 8;
+  unsigned sb;
+  const bf16_t *qh, *kh, *vh;
+  const unsigned char* entries;
+  int first, nv, h, q_stride, k_stride, v_stride, t_begin, t_end, tid;
+
+  __device__ __forceinline__ const unsigned char* entry(int c) const {
+    return entries + ((size_t)(first + c) * nv + h) * Entry::BYTES;
+  }
+  __device__ __forceinline__ void q(int c) const {  // Q tile and the entry's rows
+    using namespace gdnc;
+    const int t0 = t_begin + 64 * c, n = min(64, t_end - t0), ti = (int)opaque((unsigned)tid);
+    for (int i = ti; i < 64 * 16; i += NT) {
+      const int r = i >> 4, ch = i & 15;
+      const bool ok = r < n;
+      cp16(sb + L::Q + swz<16>(r, ch), qh + (size_t)(ok ? t0 + r : t_begin) * q_stride + ch * 8, ok);
+    }
+    const unsigned char* src = entry(c) + Entry::CF;
+    for (int i = ti; i < L::CF_BYTES / 16; i += NT) cp16(sb + L::CF + (c & 1) * L::CF_BYTES + 16 * i, src + 16 * i, true);
+  }
+  __device__ __forceinline__ void aqk(int c) const {  // Aqk hi and lo
+    using namespace gdnc;
+    const unsigned char* src = entry(c) + Entry::AH;
+    for (int i = (int)opaque((unsigned)tid); i < 16384 / 16; i += NT) cp16(sb + L::AH + 16 * i, src + 16 * i, true);
+  }
+  __device__ __forceinline__ void tkv(int c) const {  // T hi and lo, K and V tiles
+    using namespace gdnc;
+    const int t0 = t_begin + 64 * c, n = min(64, t_end - t0), ti = (int)opaque((unsigned)tid);
+    const unsigned char* src = entry(c) + Entry::TH;
+    for (int i = ti; i < 16384 / 16; i += NT) cp16(sb + L::TH + 16 * i, src + 16 * i, true);
+    for (int i = ti; i < 64 * 16; i += NT) {
+      const int r = i >> 4, ch = i & 15;
+      const bool ok = r < n;
+      cp16(sb + L::K + swz<16>(r, ch), kh + (size_t)(ok ? t0 + r : t_begin) * k_stride + ch * 8, ok);
+    }
+    for (int i = ti; i < 64 * VCPR; i += NT) {
+      const int r = i / VCPR, ch = i % VCPR;
+      const bool ok = r < n;
+      cp16(sb + L::V + swz<VCPR>(r, ch), vh + (size_t)(ok ? t0 + r : t_begin) * v_stride + ch * 8, ok);
+    }
+  }
+};
+
+// R^T = V^T diag(beta) - X diag(c_x), in place over X (16 dv rows x 64 tokens); v: this warp's V^T
+// fragments (ldmatrix.trans base), braw / cx: the chunk's beta and c_x rows.
+template <int VCPR>
+__device__ __forceinline__ void r_from_x(float (*X)[4], unsigned v, const float* braw, const float* cx, int tq) {
+  using namespace gdnc;
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    unsigned vv[4];
+    ldsm4t(v + p * 16 * VCPR * 16, vv);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float* x = X[2 * p + hh];
+      const int j = 16 * p + 8 * hh + 2 * tq;
+      const float b0 = braw[j], b1 = braw[j + 1], c0 = cx[j], c1 = cx[j + 1];
+      x[0] = b0 * lo_bf16(vv[2 * hh]) - c0 * x[0];
+      x[1] = b1 * hi_bf16(vv[2 * hh]) - c1 * x[1];
+      x[2] = b0 * lo_bf16(vv[2 * hh + 1]) - c0 * x[2];
+      x[3] = b1 * hi_bf16(vv[2 * hh + 1]) - c1 * x[3];
+    }
+  }
+}
+
+// Vn^T = R^T T^T: source block kb feeds every output block j >= kb (th / tl: the T hi / lo tiles,
+// ob8(kb): this lane's ldmatrix offset of chunk pair kb).
+template <typename OB8>
+__device__ __forceinline__ void vn_from_r(const float (*X)[4], float (*Vn)[4], unsigned th, unsigned tl, OB8 ob8) {
+  using namespace gdnc;
+  unsigned ah[4], al[4], bf[4], bl[4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) Vn[nt][0] = Vn[nt][1] = Vn[nt][2] = Vn[nt][3] = 0.f;
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb) {
+    frag_a(X[2 * kb], X[2 * kb + 1], ah, al);
+#pragma unroll
+    for (int j = kb; j < 4; ++j) {
+      ldsm4(th + ob8(kb) + j * 2048, bf);
+      ldsm4(tl + ob8(kb) + j * 2048, bl);
+      mma3(Vn[2 * j], ah, al, bf[0], bf[1], bl[0], bl[1]);
+      mma3(Vn[2 * j + 1], ah, al, bf[2], bf[3], bl[2], bl[3]);
+    }
+  }
+}
+
+// P <- e^{G_last} P + (Vn diag(c_u)) K over this warp's NC2 pairs of 8-wide dk tiles (K rows are
+// tokens: B fragments via .trans; oa16(i): this lane's offset of dk chunk pair i, cfc: the rows).
+template <int NC2, typename OA16>
+__device__ __forceinline__ void state_update(float (*P)[4], const float (*Vn)[4], unsigned k, const float* cfc, int tq,
+                                             OA16 oa16) {
+  using namespace gdnc;
+  unsigned ah[4], al[4], bf[4];
+  const float egl = exp2f(cfc[Entry::G2 * 64 + 63]);
+#pragma unroll
+  for (int nt = 0; nt < 2 * NC2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) P[nt][e] *= egl;
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb) {
+    const float* cu = cfc + Entry::CU * 64 + 16 * kb + 2 * tq;
+    const float u0[4] = {Vn[2 * kb][0] * cu[0], Vn[2 * kb][1] * cu[1], Vn[2 * kb][2] * cu[0], Vn[2 * kb][3] * cu[1]};
+    const float u1[4] = {Vn[2 * kb + 1][0] * cu[8], Vn[2 * kb + 1][1] * cu[9], Vn[2 * kb + 1][2] * cu[8],
+                         Vn[2 * kb + 1][3] * cu[9]};
+    frag_a(u0, u1, ah, al);
+#pragma unroll
+    for (int c2 = 0; c2 < NC2; ++c2) {
+      ldsm4t(k + oa16(c2 & 3) + (c2 & 4) * 32 + kb * 4096, bf);
+      mma(P[2 * c2], ah, bf[0], bf[1]);
+      mma(P[2 * c2], al, bf[0], bf[1]);
+      mma(P[2 * c2 + 1], ah, bf[2], bf[3]);
+      mma(P[2 * c2 + 1], al, bf[2], bf[3]);
+    }
+  }
+}
+}  // namespace gdns
