@@ -155,22 +155,7 @@ __global__ void __launch_bounds__(DVB * 2, 1)
     GDNC_MARK(1);
     // ---- O1 = P Q^T (tokens along n) with the state from before this chunk
     float O[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) O[nt][0] = O[nt][1] = O[nt][2] = O[nt][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      frag_a(P[2 * kk], P[2 * kk + 1], ah, al);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        ldsm4(s0 + L::Q + ob16[kk & 3] + (kk & 4) * 32 + p * 4096, bf);
-        mma(O[2 * p], ah, bf[0], bf[1]);
-        mma(O[2 * p + 1], ah, bf[2], bf[3]);
-        if constexpr (O1LO) {
-          mma(O[2 * p], al, bf[0], bf[1]);
-          mma(O[2 * p + 1], al, bf[2], bf[3]);
-        }
-      }
-    }
+    p_qt<8, O1LO>(O, P, s0 + L::Q, [&](int i) { return ob16[i]; });
     GDNC_MARK(2);
     cp_wait<0>();  // K, V
     __syncthreads();
@@ -251,35 +236,8 @@ __global__ void __launch_bounds__(DVB * 2, 1)
     GDNC_MARK(7);
     // ---- R^T = V^T diag(beta) - (P K^T) diag(c_x)
     float X[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) X[nt][0] = X[nt][1] = X[nt][2] = X[nt][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      frag_a(P[2 * kk], P[2 * kk + 1], ah, al);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        ldsm4(s0 + L::K + ob16[kk & 3] + (kk & 4) * 32 + p * 4096, bf);
-        mma(X[2 * p], ah, bf[0], bf[1]);
-        mma(X[2 * p], al, bf[0], bf[1]);
-        mma(X[2 * p + 1], ah, bf[2], bf[3]);
-        mma(X[2 * p + 1], al, bf[2], bf[3]);
-      }
-    }
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      unsigned vv[4];
-      ldsm4t(s0 + L::V + ov + p * 16 * VCPR * 16, vv);
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float* x = X[2 * p + hh];
-        const int j = 16 * p + 8 * hh + 2 * tq;
-        const float b0 = braw[j], b1 = braw[j + 1], c0 = cf[CF_CX * 64 + j], c1 = cf[CF_CX * 64 + j + 1];
-        x[0] = b0 * lo_bf16(vv[2 * hh]) - c0 * x[0];
-        x[1] = b1 * hi_bf16(vv[2 * hh]) - c1 * x[1];
-        x[2] = b0 * lo_bf16(vv[2 * hh + 1]) - c0 * x[2];
-        x[3] = b1 * hi_bf16(vv[2 * hh + 1]) - c1 * x[3];
-      }
-    }
+    p_kt<8>(X, P, s0 + L::K, [&](int i) { return ob16[i]; });
+    r_from_x<VCPR>(X, s0 + L::V + ov, braw, cf + CF_CX * 64, tq);
     GDNC_MARK(8);
     __syncthreads();
     GDNC_MARK(9);
@@ -305,27 +263,7 @@ __global__ void __launch_bounds__(DVB * 2, 1)
     }
     GDNC_MARK(10);
     // ---- P <- e^{G_last} P + (Vn diag(c_u)) K   (K rows are tokens: B fragments via .trans)
-    const float egl = exp2f(G2[63]);
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) P[nt][e] *= egl;
-#pragma unroll
-    for (int kb = 0; kb < 4; ++kb) {
-      const float* cu = cf + CF_CU * 64 + 16 * kb + 2 * tq;
-      const float u0[4] = {Vn[2 * kb][0] * cu[0], Vn[2 * kb][1] * cu[1], Vn[2 * kb][2] * cu[0], Vn[2 * kb][3] * cu[1]};
-      const float u1[4] = {Vn[2 * kb + 1][0] * cu[8], Vn[2 * kb + 1][1] * cu[9], Vn[2 * kb + 1][2] * cu[8],
-                           Vn[2 * kb + 1][3] * cu[9]};
-      frag_a(u0, u1, ah, al);
-#pragma unroll
-      for (int c2 = 0; c2 < 8; ++c2) {
-        ldsm4t(s0 + L::K + oa16[c2 & 3] + (c2 & 4) * 32 + kb * 4096, bf);
-        mma(P[2 * c2], ah, bf[0], bf[1]);
-        mma(P[2 * c2], al, bf[0], bf[1]);
-        mma(P[2 * c2 + 1], ah, bf[2], bf[3]);
-        mma(P[2 * c2 + 1], al, bf[2], bf[3]);
-      }
-    }
+    state_update<8>(P, Vn, s0 + L::K, exp2f(G2[63]), cf + CF_CU * 64, tq, [&](int i) { return oa16[i]; });
     GDNC_MARK(11);
     __syncthreads();
     if (c + 1 < nchunks) issue_kv(c + 1);  // every warp is done with K and V

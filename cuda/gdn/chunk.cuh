@@ -209,6 +209,102 @@ __device__ __forceinline__ void diag_inverse_column(const float* lb, int col, fl
   }
 }
 
+// ---- state-side phases shared by chunk.cu and the split path's state passes (inlined). A warp's state
+// slab P holds 16 dv rows x (16 NKK) dk columns; ob16(i) / oa16(i) are this lane's ldmatrix offsets of
+// dk chunk pair i within a [64][128] swizzled tile (B order / A order).
+
+// O1 += P Q^T over the warp's NKK 16-wide dk steps (all 64 tokens along n), hi parts of P, plus the lo
+// parts with LO.
+template <int NKK, bool LO, typename OB16>
+__device__ __forceinline__ void p_qt(float (*O)[4], const float (*P)[4], unsigned q, OB16 ob16) {
+  unsigned ah[4], al[4], bf[4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) O[nt][0] = O[nt][1] = O[nt][2] = O[nt][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < NKK; ++kk) {
+    frag_a(P[2 * kk], P[2 * kk + 1], ah, al);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      ldsm4(q + ob16(kk & 3) + (kk & 4) * 32 + p * 4096, bf);
+      mma(O[2 * p], ah, bf[0], bf[1]);
+      mma(O[2 * p + 1], ah, bf[2], bf[3]);
+      if constexpr (LO) {
+        mma(O[2 * p], al, bf[0], bf[1]);
+        mma(O[2 * p + 1], al, bf[2], bf[3]);
+      }
+    }
+  }
+}
+
+// X = P K^T over the warp's NKK dk steps, P split hi + lo.
+template <int NKK, typename OB16>
+__device__ __forceinline__ void p_kt(float (*X)[4], const float (*P)[4], unsigned k, OB16 ob16) {
+  unsigned ah[4], al[4], bf[4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) X[nt][0] = X[nt][1] = X[nt][2] = X[nt][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < NKK; ++kk) {
+    frag_a(P[2 * kk], P[2 * kk + 1], ah, al);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      ldsm4(k + ob16(kk & 3) + (kk & 4) * 32 + p * 4096, bf);
+      mma(X[2 * p], ah, bf[0], bf[1]);
+      mma(X[2 * p], al, bf[0], bf[1]);
+      mma(X[2 * p + 1], ah, bf[2], bf[3]);
+      mma(X[2 * p + 1], al, bf[2], bf[3]);
+    }
+  }
+}
+
+// R^T = V^T diag(beta) - X diag(c_x), in place over X (16 dv rows x 64 tokens); v: this warp's V^T
+// fragments (ldmatrix.trans base), braw / cx: the chunk's beta and c_x rows.
+template <int VCPR>
+__device__ __forceinline__ void r_from_x(float (*X)[4], unsigned v, const float* braw, const float* cx, int tq) {
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    unsigned vv[4];
+    ldsm4t(v + p * 16 * VCPR * 16, vv);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float* x = X[2 * p + hh];
+      const int j = 16 * p + 8 * hh + 2 * tq;
+      const float b0 = braw[j], b1 = braw[j + 1], c0 = cx[j], c1 = cx[j + 1];
+      x[0] = b0 * lo_bf16(vv[2 * hh]) - c0 * x[0];
+      x[1] = b1 * hi_bf16(vv[2 * hh]) - c1 * x[1];
+      x[2] = b0 * lo_bf16(vv[2 * hh + 1]) - c0 * x[2];
+      x[3] = b1 * hi_bf16(vv[2 * hh + 1]) - c1 * x[3];
+    }
+  }
+}
+
+// P <- egl P + (Vn diag(c_u)) K over the warp's NKK dk steps (K rows are tokens: B fragments via
+// .trans; cu: the chunk's c_u row).
+template <int NKK, typename OA16>
+__device__ __forceinline__ void state_update(float (*P)[4], const float (*Vn)[4], unsigned k, float egl, const float* cu_row,
+                                             int tq, OA16 oa16) {
+  unsigned ah[4], al[4], bf[4];
+#pragma unroll
+  for (int nt = 0; nt < 2 * NKK; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) P[nt][e] *= egl;
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb) {
+    const float* cu = cu_row + 16 * kb + 2 * tq;
+    const float u0[4] = {Vn[2 * kb][0] * cu[0], Vn[2 * kb][1] * cu[1], Vn[2 * kb][2] * cu[0], Vn[2 * kb][3] * cu[1]};
+    const float u1[4] = {Vn[2 * kb + 1][0] * cu[8], Vn[2 * kb + 1][1] * cu[9], Vn[2 * kb + 1][2] * cu[8],
+                         Vn[2 * kb + 1][3] * cu[9]};
+    frag_a(u0, u1, ah, al);
+#pragma unroll
+    for (int c2 = 0; c2 < NKK; ++c2) {
+      ldsm4t(k + oa16(c2 & 3) + (c2 & 4) * 32 + kb * 4096, bf);
+      mma(P[2 * c2], ah, bf[0], bf[1]);
+      mma(P[2 * c2], al, bf[0], bf[1]);
+      mma(P[2 * c2 + 1], ah, bf[2], bf[3]);
+      mma(P[2 * c2 + 1], al, bf[2], bf[3]);
+    }
+  }
+}
+
 // ---- a self-contained kernel phase (called once per chunk; inlined)
 
 // T_jj = (I + A_jj)^-1 of the four 16x16 diagonal blocks of A (fp32 in ad), by forward substitution

@@ -113,46 +113,19 @@ __global__ void __launch_bounds__(DVB * 2, 1)
     cp_commit();
     // ---- O1 = P Q^T (tokens along n) with the state from before this chunk
     float O[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) O[nt][0] = O[nt][1] = O[nt][2] = O[nt][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      frag_a(P[2 * kk], P[2 * kk + 1], ah, al);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        ldsm4(s0 + L::Q + ob16[kk & 3] + (kk & 4) * 32 + p * 4096, bf);
-        mma(O[2 * p], ah, bf[0], bf[1]);
-        mma(O[2 * p + 1], ah, bf[2], bf[3]);
-        if constexpr (O1LO) {
-          mma(O[2 * p], al, bf[0], bf[1]);
-          mma(O[2 * p + 1], al, bf[2], bf[3]);
-        }
-      }
-    }
+    p_qt<8, O1LO>(O, P, s0 + L::Q, [&](int i) { return ob16[i]; });
     cp_wait<0>();  // (c) T, K, V and Aqk of this chunk
     __syncthreads();
     if (c + 1 < nchunks) ld.q(c + 1);  // every warp is done with Q
     cp_commit();
     // ---- R^T = V^T diag(beta) - (P K^T) diag(c_x)
     float X[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) X[nt][0] = X[nt][1] = X[nt][2] = X[nt][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      frag_a(P[2 * kk], P[2 * kk + 1], ah, al);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        ldsm4(s0 + L::K + ob16[kk & 3] + (kk & 4) * 32 + p * 4096, bf);
-        mma(X[2 * p], ah, bf[0], bf[1]);
-        mma(X[2 * p], al, bf[0], bf[1]);
-        mma(X[2 * p + 1], ah, bf[2], bf[3]);
-        mma(X[2 * p + 1], al, bf[2], bf[3]);
-      }
-    }
-    gdns::r_from_x<VCPR>(X, s0 + L::V + ov, cfc + Entry::BETA * 64, cfc + Entry::CX * 64, tq);
+    p_kt<8>(X, P, s0 + L::K, [&](int i) { return ob16[i]; });
+    r_from_x<VCPR>(X, s0 + L::V + ov, cfc + Entry::BETA * 64, cfc + Entry::CX * 64, tq);
     float Vn[8][4];
     gdns::vn_from_r(X, Vn, s0 + L::TH, s0 + L::TL, ob8);
-    gdns::state_update<8>(P, Vn, s0 + L::K, cfc, tq, oa16);
+    // ---- P <- e^{G_last} P + (Vn diag(c_u)) K
+    state_update<8>(P, Vn, s0 + L::K, exp2f(cfc[Entry::G2 * 64 + 63]), cfc + Entry::CU * 64, tq, oa16);
     __syncthreads();  // (e) every warp is done with T, K and V
     if (c + 1 < nchunks) ld.tkv(c + 1);
     cp_commit();

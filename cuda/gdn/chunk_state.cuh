@@ -1,6 +1,7 @@
 // What the two state passes of the split path (cuda/gdn/chunk_state.cu, chunk_state2.cu) share:
 // the shared-memory layout, the per-chunk tile loads from the prep pass's entries and the q / k / v
-// buffers, and the state-side phases (notation: chunk.cu's header). Every function is inlined.
+// buffers, and Vn = R T^T (notation: chunk.cu's header; the phases all three kernels share are in
+// chunk.cuh). Every function is inlined.
 #pragma once
 
 #include "chunk.cuh"
@@ -68,28 +69,6 @@ struct Loads {
   }
 };
 
-// R^T = V^T diag(beta) - X diag(c_x), in place over X (16 dv rows x 64 tokens); v: this warp's V^T
-// fragments (ldmatrix.trans base), braw / cx: the chunk's beta and c_x rows.
-template <int VCPR>
-__device__ __forceinline__ void r_from_x(float (*X)[4], unsigned v, const float* braw, const float* cx, int tq) {
-  using namespace gdnc;
-#pragma unroll
-  for (int p = 0; p < 4; ++p) {
-    unsigned vv[4];
-    ldsm4t(v + p * 16 * VCPR * 16, vv);
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float* x = X[2 * p + hh];
-      const int j = 16 * p + 8 * hh + 2 * tq;
-      const float b0 = braw[j], b1 = braw[j + 1], c0 = cx[j], c1 = cx[j + 1];
-      x[0] = b0 * lo_bf16(vv[2 * hh]) - c0 * x[0];
-      x[1] = b1 * hi_bf16(vv[2 * hh]) - c1 * x[1];
-      x[2] = b0 * lo_bf16(vv[2 * hh + 1]) - c0 * x[2];
-      x[3] = b1 * hi_bf16(vv[2 * hh + 1]) - c1 * x[3];
-    }
-  }
-}
-
 // Vn^T = R^T T^T: source block kb feeds every output block j >= kb (th / tl: the T hi / lo tiles,
 // ob8(kb): this lane's ldmatrix offset of chunk pair kb).
 template <typename OB8>
@@ -111,33 +90,4 @@ __device__ __forceinline__ void vn_from_r(const float (*X)[4], float (*Vn)[4], u
   }
 }
 
-// P <- e^{G_last} P + (Vn diag(c_u)) K over this warp's NC2 pairs of 8-wide dk tiles (K rows are
-// tokens: B fragments via .trans; oa16(i): this lane's offset of dk chunk pair i, cfc: the rows).
-template <int NC2, typename OA16>
-__device__ __forceinline__ void state_update(float (*P)[4], const float (*Vn)[4], unsigned k, const float* cfc, int tq,
-                                             OA16 oa16) {
-  using namespace gdnc;
-  unsigned ah[4], al[4], bf[4];
-  const float egl = exp2f(cfc[Entry::G2 * 64 + 63]);
-#pragma unroll
-  for (int nt = 0; nt < 2 * NC2; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) P[nt][e] *= egl;
-#pragma unroll
-  for (int kb = 0; kb < 4; ++kb) {
-    const float* cu = cfc + Entry::CU * 64 + 16 * kb + 2 * tq;
-    const float u0[4] = {Vn[2 * kb][0] * cu[0], Vn[2 * kb][1] * cu[1], Vn[2 * kb][2] * cu[0], Vn[2 * kb][3] * cu[1]};
-    const float u1[4] = {Vn[2 * kb + 1][0] * cu[8], Vn[2 * kb + 1][1] * cu[9], Vn[2 * kb + 1][2] * cu[8],
-                         Vn[2 * kb + 1][3] * cu[9]};
-    frag_a(u0, u1, ah, al);
-#pragma unroll
-    for (int c2 = 0; c2 < NC2; ++c2) {
-      ldsm4t(k + oa16(c2 & 3) + (c2 & 4) * 32 + kb * 4096, bf);
-      mma(P[2 * c2], ah, bf[0], bf[1]);
-      mma(P[2 * c2], al, bf[0], bf[1]);
-      mma(P[2 * c2 + 1], ah, bf[2], bf[3]);
-      mma(P[2 * c2 + 1], al, bf[2], bf[3]);
-    }
-  }
-}
 }  // namespace gdns

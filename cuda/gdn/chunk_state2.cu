@@ -101,42 +101,14 @@ __global__ void __launch_bounds__(128, 2)
     cp_commit();
     // ---- O1 partial = P_half Q_half^T, all 64 tokens
     float O1[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) O1[nt][0] = O1[nt][1] = O1[nt][2] = O1[nt][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      frag_a(P[2 * kk], P[2 * kk + 1], ah, al);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        ldsm4(s0 + L::Q + ob16[kk] + p * 4096, bf);
-        mma(O1[2 * p], ah, bf[0], bf[1]);
-        mma(O1[2 * p + 1], ah, bf[2], bf[3]);
-        if constexpr (O1LO) {
-          mma(O1[2 * p], al, bf[0], bf[1]);
-          mma(O1[2 * p + 1], al, bf[2], bf[3]);
-        }
-      }
-    }
+    p_qt<4, O1LO>(O1, P, s0 + L::Q, [&](int i) { return ob16[i]; });
     cp_wait<0>();  // (c) T, K, V and Aqk of this chunk
     __syncthreads();
     if (c + 1 < nchunks) ld.q(c + 1);
     cp_commit();
     // ---- X partial = P_half K_half^T
     float X[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) X[nt][0] = X[nt][1] = X[nt][2] = X[nt][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      frag_a(P[2 * kk], P[2 * kk + 1], ah, al);
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        ldsm4(s0 + L::K + ob16[kk] + p * 4096, bf);
-        mma(X[2 * p], ah, bf[0], bf[1]);
-        mma(X[2 * p], al, bf[0], bf[1]);
-        mma(X[2 * p + 1], ah, bf[2], bf[3]);
-        mma(X[2 * p + 1], al, bf[2], bf[3]);
-      }
-    }
+    p_kt<4>(X, P, s0 + L::K, [&](int i) { return ob16[i]; });
     // ---- exchange with the partner warp: X partials; O1 partials of the partner's token blocks
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
@@ -176,10 +148,10 @@ __global__ void __launch_bounds__(128, 2)
     }
     // ---- R^T = V^T diag(beta) - X diag(c_x); Vn^T = R^T T^T (both warps of the pair); this warp's dk half
     // of the state update
-    gdns::r_from_x<VCPR>(X, s0 + L::V + ov, cfc + Entry::BETA * 64, cfc + Entry::CX * 64, tq);
+    r_from_x<VCPR>(X, s0 + L::V + ov, cfc + Entry::BETA * 64, cfc + Entry::CX * 64, tq);
     float Vn[8][4];
     gdns::vn_from_r(X, Vn, s0 + L::TH, s0 + L::TL, ob8);
-    gdns::state_update<4>(P, Vn, s0 + L::K, cfc, tq, oa16);
+    state_update<4>(P, Vn, s0 + L::K, exp2f(cfc[Entry::G2 * 64 + 63]), cfc + Entry::CU * 64, tq, oa16);
     __syncthreads();  // (e) every warp is done with T, K, V and the exchange buffers
     if (c + 1 < nchunks) ld.tkv(c + 1);
     cp_commit();
