@@ -18,7 +18,6 @@ import torch
 
 from engine.bench import kernels as B
 from engine.ops import reference as ref
-from engine.ops.compile import f32, i32, launch, ptr
 from engine.ops.gdn import chunk, chunk_split
 from engine.ops.gdn import recurrent as delta
 
@@ -207,43 +206,19 @@ def split_parts(nseq: int, L: int) -> None:
     vv = chunk._vec16(v)
 
     def prep():
-        args: tuple = (ptr(q), ptr(k), ptr(g), ptr(beta), ptr(qs), i32(nseq))
-        args += (ptr(entries), i32(NK), i32(NV), i32(q.stride(0)), i32(k.stride(0)))
-        launch(chunk_split._prep(), (NK, rows), (256,), (*args, f32(D**-0.5)), chunk_split.PREP_SMEM)
+        chunk_split.launch_prep(q, k, g, beta, qs, nseq, entries, nk=NK, nv=NV)
 
-    def state(dvb):
-        args: tuple = (ptr(q), ptr(k), ptr(vv), ptr(entries), ptr(st), ptr(qs))
-        args += (ptr(sl), ptr(hi), ptr(out), i32(NK), i32(NV))
-        args += (i32(q.stride(0)), i32(k.stride(0)), i32(vv.stride(0)))
-        fn = chunk_split._state(dvb, True, "float")
-        launch(fn, (NV * (D // dvb), nseq), (dvb * 2,), args, chunk_split.state_smem_bytes(dvb))
-
-    def state2():
-        args: tuple = (ptr(q), ptr(k), ptr(vv), ptr(entries), ptr(st), ptr(qs))
-        args += (ptr(sl), ptr(hi), ptr(out), i32(NK), i32(NV))
-        args += (i32(q.stride(0)), i32(k.stride(0)), i32(vv.stride(0)))
-        launch(chunk_split._state2(True, "float"), (NV * 4, nseq), (128,), args, chunk_split.STATE2_SMEM)
+    def state(dk2, dvb=32):
+        kw = {"nk": NK, "nv": NV, "st": "float", "dk2": dk2, "dvb": dvb, "o1lo": True}
+        chunk_split.launch_state(q, k, vv, entries, st, qs, sl, hi, out, **kw)
 
     auto = chunk_split.pick_dvb(frozenset())
-    fn = chunk_split._prep()
-    try:  # resident CTAs per multiprocessor, as the driver computes them
-        from cupy.cuda import driver
-
-        occ = driver.occupancyMaxActiveBlocksPerMultiprocessor
-        s2 = chunk_split._state2(True, "float")
-        per_sm = occ(fn.ptr, 256, chunk_split.PREP_SMEM), occ(s2.ptr, 128, chunk_split.STATE2_SMEM)
-        print(f"  parts: resident CTAs per SM: prep {per_sm[0]}, dk2 state pass {per_sm[1]}", flush=True)
-    except Exception as e:  # noqa: BLE001 - a CuPy without the occupancy call: time without it
-        print(f"  parts: occupancy not queried ({type(e).__name__}: {e})", flush=True)
-    for carveout in (-1, 100):  # the driver's default split of L1 / shared memory, then the most shared
-        if carveout >= 0:
-            fn.preferred_shared_memory_carveout = carveout
-        us = B.time_graph(lambda i: prep, 0, max_r=2)
-        print(f"  parts {nseq}x{L}: prep pass {us:.1f} us ({rows * NK} CTAs, carveout {carveout})")
-    us = B.time_graph(lambda i: state2, 0, max_r=2)
+    us = B.time_graph(lambda i: prep, 0, max_r=2)
+    print(f"  parts {nseq}x{L}: prep pass {us:.1f} us ({rows * NK} CTAs)", flush=True)
+    us = B.time_graph(lambda i: lambda: state(True), 0, max_r=2)
     print(f"  parts {nseq}x{L}: state pass dk2 (dv32) {us:.1f} us ({NV * 4 * nseq} CTAs)", flush=True)
     for dvb in chunk_split.DVBS:
-        us = B.time_graph(lambda i, dvb=dvb: lambda: state(dvb), 0, max_r=2)
+        us = B.time_graph(lambda i, dvb=dvb: lambda: state(False, dvb), 0, max_r=2)
         ctas = NV * (D // dvb) * nseq
         print(f"  parts {nseq}x{L}: state pass dv{dvb} {us:.1f} us ({ctas} CTAs){' (auto)' * (dvb == auto)}")
 

@@ -75,3 +75,52 @@ def test_wrapper_mirrors_the_kernels_static_asserts():
     m = re.search(r"L::BYTES == (\d+) \+ (\d+) \* DVB", state)
     assert m and all(cs.state_smem_bytes(d) == int(m[1]) + int(m[2]) * d for d in cs.DVBS)
     assert re.search(rf"L::BYTES == {cs.STATE2_SMEM}\b", (cuda / "chunk_state2.cu").read_text())
+
+
+def _param_count(source: str, kernel: str) -> int:
+    """Parameters of ``kernel``'s definition in a .cu source (its parenthesised list up to the body)."""
+    import re
+
+    m = re.search(rf"{kernel}\((.*?)\)\s*\{{", source, re.S)
+    assert m, kernel
+    return m.group(1).count(",") + 1
+
+
+def test_run_launches_both_passes_with_the_kernels_signatures(monkeypatch):
+    """The host side of the split path without a GPU: ``run`` launches the prep pass over
+    ``entry_rows`` x Nk CTAs and then the state pass the rules pick, each with as many arguments as
+    the kernel takes, on scratch of the documented size."""
+    from pathlib import Path
+
+    import torch
+
+    from engine.ops import compile as compile_mod
+
+    calls = []
+    monkeypatch.setattr(compile_mod, "device_cc", lambda: 90)  # the H200's tuning rows
+    record = lambda fn, grid, block, args, shared_mem=0: calls.append((fn, grid, block, args))  # noqa: E731
+    monkeypatch.setattr(cs, "launch", record)
+    monkeypatch.setattr(cs, "_prep", lambda: "prep")
+    monkeypatch.setattr(cs, "_state", lambda dvb, o1lo, st: f"state<{dvb}, {o1lo}, {st}>")
+    monkeypatch.setattr(cs, "_state2", lambda o1lo, st: f"state2<{o1lo}, {st}>")
+    cuda = Path(__file__).resolve().parents[2] / "cuda" / "gdn"
+    n_prep = _param_count((cuda / "chunk_prep.cu").read_text(), "gdn_chunk_prep_kernel")
+    n_state = _param_count((cuda / "chunk_state.cu").read_text(), "gdn_chunk_state_kernel")
+    n_state2 = _param_count((cuda / "chunk_state2.cu").read_text(), "gdn_chunk_state2_kernel")
+    nk, nv = 16, 32
+    cases = (((1024,), "state2<True, float>"), ((1024, 1024), "state<64, True, float>"))  # on 132 SMs
+    for lens, want in cases:
+        calls.clear()
+        T, B = sum(lens), len(lens)
+        q = k = torch.zeros(T, nk, 128, dtype=torch.bfloat16)
+        v = out = torch.zeros(T, nv, 128, dtype=torch.bfloat16)
+        g = beta = torch.zeros(T, nv)
+        ints = torch.zeros(B + 1, dtype=torch.int32)
+        cs.run(q, k, v, g, beta, g, ints, ints[:B], ints[:B], out, nk=nk, nv=nv, st="float", sms=132,
+               arms=frozenset({"prefill.split"}))  # fmt: skip
+        (f1, grid1, _, args1), (f2, grid2, block2, args2) = calls
+        assert (f1, grid1, len(args1)) == ("prep", (nk, cs.entry_rows(T, B)), n_prep)
+        assert f2 == want
+        assert len(args2) == (n_state2 if f2.startswith("state2") else n_state)
+        dvb = 32 if f2.startswith("state2") else 64
+        assert grid2 == (nv * 128 // dvb, B) and block2 == ((128,) if dvb == 32 else (dvb * 2,))

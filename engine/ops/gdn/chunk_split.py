@@ -108,59 +108,52 @@ def _state2(o1lo: bool, st: str):
     return fn
 
 
+def launch_prep(q, k, g, beta, qsl, num_seqs: int, entries, *, nk: int, nv: int) -> None:
+    """The prep pass: every chunk's entry into ``entries`` (``entry_rows`` x nv x ENTRY_BYTES bytes)."""
+    args: tuple = (ptr(q), ptr(k), ptr(g), ptr(beta), ptr(qsl), i32(num_seqs), ptr(entries), i32(nk), i32(nv))
+    args += (i32(q.stride(0)), i32(k.stride(0)), f32(DK**-0.5))
+    rows = entry_rows(q.shape[0], num_seqs)
+    launch(_prep(), (nk, rows), (PREP_THREADS,), args, shared_mem=PREP_SMEM)
+
+
+def launch_state(
+    q,
+    k,
+    v,
+    entries,
+    ssm_state,
+    qsl,
+    slots,
+    hinit,
+    out,
+    *,
+    nk: int,
+    nv: int,
+    st: str,
+    dk2: bool,
+    dvb: int,
+    o1lo: bool,
+) -> None:
+    """The state pass over the prep pass's entries: the warp-pair form (``dk2``, dv 32) or the
+    one-warp form at dv block ``dvb``."""
+    B = slots.shape[0]
+    if dk2:
+        fn, grid, block, smem = _state2(o1lo, st), (nv * (DV // 32), B), (128,), STATE2_SMEM
+    else:
+        fn, grid, block = _state(dvb, o1lo, st), (nv * (DV // dvb), B), (dvb * 2,)
+        smem = state_smem_bytes(dvb)
+    args: tuple = (ptr(q), ptr(k), ptr(v), ptr(entries), ptr(ssm_state), ptr(qsl), ptr(slots), ptr(hinit))
+    args += (ptr(out), i32(nk), i32(nv), i32(q.stride(0)), i32(k.stride(0)), i32(v.stride(0)))
+    launch(fn, grid, block, args, shared_mem=smem)
+
+
 def run(q, k, v, g, beta, ssm_state, qsl, slots, hinit, out, *, nk: int, nv: int, st: str, sms: int, arms):
     """Both passes on checked inputs (:func:`engine.ops.gdn.chunk.chunk_gated_delta_rule` checks them
     and makes v 16-byte aligned); ``qsl``, ``slots`` int32 and ``hinit`` uint8 on the device."""
     T, B = q.shape[0], slots.shape[0]
-    rows = entry_rows(T, B)
-    entries = torch.empty(rows * nv * ENTRY_BYTES, dtype=torch.uint8, device=q.device)
-    launch(
-        _prep(),
-        (nk, rows),
-        (PREP_THREADS,),
-        (
-            ptr(q),
-            ptr(k),
-            ptr(g),
-            ptr(beta),
-            ptr(qsl),
-            i32(B),
-            ptr(entries),
-            i32(nk),
-            i32(nv),
-            i32(q.stride(0)),
-            i32(k.stride(0)),
-            f32(DK**-0.5),
-        ),
-        shared_mem=PREP_SMEM,
-    )
-    o1lo = "chunk.o1hi" not in arms
-    if use_dk2(B, nv, sms, arms):
-        fn, grid, block, smem = _state2(o1lo, st), (nv * (DV // 32), B), (128,), STATE2_SMEM
-    else:
-        dvb = pick_dvb(arms)
-        fn, grid, block = _state(dvb, o1lo, st), (nv * (DV // dvb), B), (dvb * 2,)
-        smem = state_smem_bytes(dvb)
-    launch(
-        fn,
-        grid,
-        block,
-        (
-            ptr(q),
-            ptr(k),
-            ptr(v),
-            ptr(entries),
-            ptr(ssm_state),
-            ptr(qsl),
-            ptr(slots),
-            ptr(hinit),
-            ptr(out),
-            i32(nk),
-            i32(nv),
-            i32(q.stride(0)),
-            i32(k.stride(0)),
-            i32(v.stride(0)),
-        ),
-        shared_mem=smem,
-    )
+    entries = torch.empty(entry_rows(T, B) * nv * ENTRY_BYTES, dtype=torch.uint8, device=q.device)
+    launch_prep(q, k, g, beta, qsl, B, entries, nk=nk, nv=nv)
+    dk2, dvb, o1lo = use_dk2(B, nv, sms, arms), pick_dvb(arms), "chunk.o1hi" not in arms
+    args = (q, k, v, entries, ssm_state, qsl, slots, hinit, out)
+    launch_state(*args, nk=nk, nv=nv, st=st, dk2=dk2, dvb=dvb, o1lo=o1lo)
     return out
