@@ -87,7 +87,8 @@ def test_chunk_long_strong_decay():
     check((4096, 77), 2, 4, [True, True], frozenset({"chunk.dv128"}), scale_g=1.0, seed=5, st_scale=1.0)
 
 
-def test_chunk_cuda_graph_equals_eager():
+def graph_equals_eager(arms=frozenset()):
+    """A CUDA-graph replay of the op (LENS, Nk 4, Nv 8) writes what an eager call writes, bitwise."""
     torch.manual_seed(0)
     nk, nv = 4, 8
     qsl, slots, hinit, maxlen, B = varlen(LENS, [True, False] * 4, seed=7)
@@ -97,7 +98,7 @@ def test_chunk_cuda_graph_equals_eager():
     st = st0.clone()
 
     def run():
-        return chunk.chunk_gated_delta_rule(q, k, v, g, beta, st, qsl, slots, hinit, maxlen)
+        return chunk.chunk_gated_delta_rule(q, k, v, g, beta, st, qsl, slots, hinit, maxlen, arms=arms)
 
     eager = run()  # compiles before capture
     eager_state = st.clone()
@@ -112,6 +113,10 @@ def test_chunk_cuda_graph_equals_eager():
     torch.cuda.synchronize()
     assert torch.equal(static, eager)
     assert torch.equal(st, eager_state)
+
+
+def test_chunk_cuda_graph_equals_eager():
+    graph_equals_eager()
 
 
 def test_chunk_kernel_resources():

@@ -17,8 +17,8 @@ if not torch.cuda.is_available():
 
 from engine.ops import reference as ref  # noqa: E402
 from engine.ops.gdn import chunk, chunk_split  # noqa: E402
-from tests.ops.kernel_check import poison, rel, varlen  # noqa: E402
-from tests.ops.test_gdn_chunk import LENS, check, fused_inputs  # noqa: E402
+from tests.ops.kernel_check import rel, varlen  # noqa: E402
+from tests.ops.test_gdn_chunk import LENS, check, fused_inputs, graph_equals_eager  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -86,31 +86,8 @@ def test_split_bf16_state_pool():
 
 
 def test_split_cuda_graph_equals_eager():
-    torch.manual_seed(0)
-    nk, nv = 4, 8
-    assert_split(LENS, nv)
-    qsl, slots, hinit, maxlen, B = varlen(LENS, [True, False] * 4, seed=7)
-    T = int(qsl[-1])
-    q, k, v, g, beta = fused_inputs(T, nk, nv, 0.5)
-    st0 = torch.randn(B + 1, nv, 128, 128, device=DEV) * 0.1
-    st = st0.clone()
-
-    def run():
-        return chunk.chunk_gated_delta_rule(q, k, v, g, beta, st, qsl, slots, hinit, maxlen, arms=SPLIT)
-
-    eager = run()  # compiles before capture
-    eager_state = st.clone()
-    st.copy_(st0)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static = run()
-    st.copy_(st0)
-    poison(((T, nv, 128), torch.bfloat16))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(static, eager)
-    assert torch.equal(st, eager_state)
+    assert_split(LENS, 8)
+    graph_equals_eager(SPLIT)
 
 
 def test_split_kernel_resources():
