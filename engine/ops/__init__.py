@@ -16,7 +16,8 @@ linear(x [M, K], w [N, K], out=None) -> [M, N]
     [M, N] the same GEMM written into it (torch.mm), as a piecewise graph's static buffers need.
 rms_norm(x [N, D], weight [D], eps) -> [N, D]
     Zero-centred RMSNorm: fp32 compute, scale (1 + w), cast to x.dtype after the multiply.
-gated_rms_norm(x [N, dv], z [N, dv], weight [dv], eps, out=None) -> [N, dv]  (out: N * dv contiguous values)
+gated_rms_norm(x [N, dv], z [N, dv], weight [dv], eps, out=None) -> x's shape  (out: N * dv contiguous values)
+    x and z may also be [T, H, dv] (the model passes its gate as the [T, Nv, dv] view of the projection).
     GDN output norm, HF semantics: y = x.float() * rsqrt(mean(x^2) + eps); y = weight * y.to(x.dtype);
     y = y * silu(z.float()); return y.to(x.dtype). Plain weight, not (1 + w).
 causal_conv1d_prefill(x [T, C], weight [C, K], conv_state [S, C, K-1], query_start_loc [B+1],

@@ -114,3 +114,28 @@ def test_gated_rms_norm(wdtype):
     own = x.clone()
     assert norm.gated_rms_norm(own, z, w, 1e-6, out=own).data_ptr() == own.data_ptr()
     assert torch.equal(own, got)
+
+
+@pytest.mark.gpu
+def test_gated_rms_norm_reads_head_strided_rows():
+    """The GDN core's call: x the delta rule's [T, Nv, dv] output, z the [T, Nv, dv] view of the fused
+    projection (rows wider than z, so no [T * Nv, dv] view exists). The kernel reads both where they
+    lie and gives the bits it gives over contiguous copies; the reference agrees within bf16."""
+    torch.manual_seed(1)
+    T, H, dv = 517, 32, 128
+    proj = bf16(T, 8 + H * dv + 64)  # [.. | z | ..]: a token stride that is not H * dv
+    z = proj[:, 8 : 8 + H * dv].view(T, H, dv)
+    x = bf16(T, H, dv, scale=2.0)
+    w = (torch.rand(dv, device=DEV) + 0.5).to(torch.bfloat16)
+    flat = norm.gated_rms_norm(x.reshape(-1, dv), z.reshape(-1, dv).contiguous(), w, 1e-6)
+    got = twice(lambda: norm.gated_rms_norm(x, z, w, 1e-6), [], ((T * H, dv), torch.bfloat16))
+    assert got.shape == (T, H, dv)
+    assert torch.equal(got.view(-1, dv), flat)
+    assert rel(got, ref.gated_rms_norm(x, z, w, 1e-6)) < 2e-3
+    # into the piecewise core buffer ([T, Nv * dv]) and in place over x, as the model calls it
+    out = torch.full((T, H * dv), float("nan"), dtype=torch.bfloat16, device=DEV)
+    norm.gated_rms_norm(x, z, w, 1e-6, out=out.view(T, H, dv))
+    assert torch.equal(out.view(-1, dv), flat)
+    own = x.clone()
+    norm.gated_rms_norm(own, z, w, 1e-6, out=own)
+    assert torch.equal(own.view(-1, dv), flat)

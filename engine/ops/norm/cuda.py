@@ -9,9 +9,25 @@ from engine.ops.compile import arch_params, check_cuda, f32, i32, kernel, launch
 SRC = "norm/gated_norm.cu"
 
 
+def _rows(op: str, name: str, t: torch.Tensor, dv: int) -> tuple[torch.Tensor, int, int]:
+    """(tensor, stride, heads) addressing ``t``'s rows of ``dv`` values as the kernel does: row r at
+    (r // heads) * stride + (r % heads) * dv. [N, dv] with a row stride has heads 1; [T, H, dv] with
+    its heads dv apart (the GDN gate: a [T, Nv, dv] view of the fused projection) keeps H, so it is
+    read where it lies; any other layout is reshaped to rows (a copy where it must)."""
+    if t.dim() == 3 and (t.stride(1) == dv or t.shape[1] == 1):
+        heads = t.shape[1]
+    else:
+        t, heads = (t if t.dim() == 2 else t.reshape(-1, dv)), 1
+    stride = t.stride(0)
+    if not (t.stride(-1) == 1 and stride % 4 == 0 and t.data_ptr() % 8 == 0):
+        raise ValueError(f"{op}: {name} rows must be contiguous and 8-byte aligned")
+    return t, stride, heads
+
+
 def gated_rms_norm(x, z, weight, eps, out=None):
-    """x, z [N, dv] bf16 (row strides allowed), weight [dv] bf16 or fp32 -> [N, dv] bf16, written into
-    ``out`` (x's shape, contiguous bf16) when given; ``out`` may be x itself (in place)."""
+    """x, z [N, dv] (row strides allowed) or [T, H, dv] (token strides allowed) bf16, weight [dv] bf16
+    or fp32 -> x's shape bf16, written into ``out`` (N * dv contiguous values) when given; ``out`` may
+    be x itself (in place)."""
     op = "gated_rms_norm"
     check_cuda(f"{op} x", x, torch.bfloat16)
     check_cuda(f"{op} z", z, torch.bfloat16)
@@ -24,30 +40,17 @@ def gated_rms_norm(x, z, weight, eps, out=None):
     ):
         raise ValueError(f"{op}: weight must be a contiguous [{dv}] bf16/fp32 tensor")
     shape = x.shape
-    x2 = x.reshape(-1, dv)
-    z2 = z.reshape(-1, dv)
-    if x2.shape != z2.shape:
+    if z.shape[-1] != dv or x.numel() != z.numel():
         raise ValueError(f"{op}: x {tuple(x.shape)} and z {tuple(z.shape)} differ")
-    if not (
-        x2.stride(1) == 1
-        and z2.stride(1) == 1
-        and x2.stride(0) % 4 == 0
-        and z2.stride(0) % 4 == 0
-        and x2.data_ptr() % 8 == 0
-        and z2.data_ptr() % 8 == 0
-    ):
-        raise ValueError(f"{op}: rows must be contiguous and 8-byte aligned")
-    N = x2.shape[0]
+    x2, xs, xh = _rows(op, "x", x, dv)
+    z2, zs, zh = _rows(op, "z", z, dv)
+    N = x.numel() // dv
     out = output(op, out, (N, dv), x.dtype, x.device)
     if N == 0:
         return out.reshape(shape)
     warps = arch_params().norm_warps
     wb = "true" if weight.dtype == torch.bfloat16 else "false"
     fn = kernel(SRC, f"gated_rms_norm_kernel<{dv}, {warps}, {wb}>")
-    launch(
-        fn,
-        (-(-N // warps),),
-        (warps * 32,),
-        (ptr(x2), i32(x2.stride(0)), ptr(z2), i32(z2.stride(0)), ptr(weight), ptr(out), i32(N), f32(eps)),
-    )
+    args = (ptr(x2), i32(xs), i32(xh), ptr(z2), i32(zs), i32(zh), ptr(weight), ptr(out), i32(N), f32(eps))
+    launch(fn, (-(-N // warps),), (warps * 32,), args)
     return out.reshape(shape)
