@@ -118,25 +118,37 @@ class ForwardBatch:
         )
         slots = table[row, pos // block_size].astype(np.int64) * block_size + pos % block_size
         if all_logits:
-            logits_idx = list(range(num_tokens))
+            logits_idx = np.arange(num_tokens, dtype=np.int64)
         else:
-            logits_idx = [end - 1 for end, s in zip(qsl[1:], seqs, strict=True) if s.sample]
-
-        def t(x: list | np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-            host = torch.from_numpy(x) if isinstance(x, np.ndarray) else torch.tensor(x, dtype=dtype)
-            return host.to(device, dtype=dtype, non_blocking=True)
-
+            logits_idx = np.asarray(
+                [end - 1 for end, s in zip(qsl[1:], seqs, strict=True) if s.sample], np.int64
+            )
+        (ids_t, pos_t, qsl_t, lens_t, comp_t, table_t, slots_t, state_t, has_t, logits_t) = to_device(
+            [
+                ids,
+                pos,
+                np.asarray(qsl, np.int32),
+                np.asarray(seq_lens, np.int32),
+                np.asarray(computed, np.int32),
+                table,
+                slots,
+                np.asarray([s.state_slot for s in seqs], np.int32),
+                np.asarray([s.num_computed > 0 for s in seqs], np.bool_),
+                logits_idx,
+            ],
+            device,
+        )
         return ForwardBatch(
-            input_ids=t(ids, torch.int64),
-            positions=t(pos, torch.int64),
-            query_start_loc=t(qsl, torch.int32),
-            seq_lens=t(seq_lens, torch.int32),
-            num_computed=t(computed, torch.int32),
-            block_table=t(table, torch.int32),
-            slot_mapping=t(slots, torch.int64),
-            state_slot=t([s.state_slot for s in seqs], torch.int32),
-            has_initial_state=t([s.num_computed > 0 for s in seqs], torch.bool),
-            logits_indices=t(logits_idx, torch.int64),
+            input_ids=ids_t,
+            positions=pos_t,
+            query_start_loc=qsl_t,
+            seq_lens=lens_t,
+            num_computed=comp_t,
+            block_table=table_t,
+            slot_mapping=slots_t,
+            state_slot=state_t,
+            has_initial_state=has_t,
+            logits_indices=logits_t,
             num_decodes=num_decodes,
             max_query_len=max(lens),
             max_seq_len=max(seq_lens),
@@ -146,3 +158,30 @@ class ForwardBatch:
             block_size=block_size,
             max_state_slot=max(s.state_slot for s in seqs),
         )
+
+
+def to_device(arrays: list[np.ndarray], device: torch.device | str) -> list[torch.Tensor]:
+    """Each host array as a tensor of its own dtype and shape on ``device``. On CUDA they travel
+    together: packed into one pinned buffer at 8-byte aligned offsets, copied in one non-blocking
+    transfer, and handed out as views of the one device buffer. A step's ten small copies from
+    pageable memory took the host ~0.55 ms before its first kernel (a 2,048-token prefill on the
+    H200's host, docs/bench-evidence/2026-12-02-s23-steps.md); the pinned buffer comes
+    from torch's caching host allocator, which keeps it until the copy has run."""
+    if torch.device(device).type != "cuda":
+        return [torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in arrays]
+    offsets, total = [], 0
+    for a in arrays:
+        offsets.append(total)
+        total += -(-a.nbytes // 8) * 8
+    host = torch.empty(max(total, 8), dtype=torch.uint8, pin_memory=True)
+    raw = host.numpy()
+    for a, off in zip(arrays, offsets, strict=True):
+        raw[off : off + a.nbytes] = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
+    dev = host.to(device, non_blocking=True)
+    return [
+        dev[off : off + a.nbytes].view(_TORCH[a.dtype]).view(a.shape)
+        for a, off in zip(arrays, offsets, strict=True)
+    ]
+
+
+_TORCH = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32, np.dtype(np.bool_): torch.bool}
