@@ -32,12 +32,14 @@ import statistics
 import time
 import warnings
 from collections import defaultdict
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from engine.bench.kernels import time_eager
 from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from engine.model.forward_batch import ForwardBatch
 from engine.sampling_params import SamplingParams
 from engine.worker.model_runner import ModelRunner
 from engine.worker.step import ScheduledSeq
@@ -171,6 +173,64 @@ def print_host_profile(name: str, runner: ModelRunner, seqs: list[ScheduledSeq],
         print("\n".join(line for line in buf.getvalue().splitlines() if line.strip())[:6000])
 
 
+class Marks:
+    """Where a step's device time waits for the host, without the profiler's overhead: at marks on
+    the host path (the call's start, the batch built, before and after each layer core) the host's
+    clock is read and a CUDA event recorded. The device reaches a mark ``slack`` ms after the host
+    queued it; where the device waited for the host, the device's time between two marks exceeds the
+    kernels it ran there, and the host's time between them is what the device saw."""
+
+    def __init__(self, runner: ModelRunner):
+        self.runner = runner
+        self.host: list[tuple[str, float, torch.cuda.Event]] = []
+
+    def mark(self, name: str) -> None:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record(self.runner.stream)
+        self.host.append((name, time.perf_counter(), ev))
+
+    def wrap(self, obj: object, attr: str, name: str) -> Callable[[], None]:
+        """Mark before and after every call of ``obj.attr`` (a class's static method or an instance's
+        method); returns what undoes it."""
+        fn, static = getattr(obj, attr), isinstance(obj, type)
+        saved = vars(obj)[attr] if static else None
+
+        def marked(*args, **kwargs):
+            label = f"{name} {args[0]}" if name == "core" else name
+            self.mark(f"{label} <")
+            out = fn(*args, **kwargs)
+            self.mark(f"{label} >")
+            return out
+
+        setattr(obj, attr, marked)
+        return (lambda: setattr(obj, attr, saved)) if static else (lambda: delattr(obj, attr))
+
+    def step(self, seqs: list[ScheduledSeq]) -> list[tuple[str, float, float]]:
+        """(mark, host ms, device ms) from the call's start, for one launch of ``seqs``."""
+        self.host.clear()
+        self.mark("start")
+        pending = self.runner.launch(seqs)
+        self.mark("queued")
+        pending.result()
+        t0, e0 = self.host[0][1], self.host[0][2]
+        return [(n, (t - t0) * 1e3, e0.elapsed_time(ev)) for n, t, ev in self.host]
+
+
+def print_marks(name: str, runner: ModelRunner, seqs: list[ScheduledSeq]) -> None:
+    """The host and device clocks at each mark of one step (after the same step ran once marked)."""
+    m = Marks(runner)
+    undo = [m.wrap(runner.model, "layer_core", "core"), m.wrap(ForwardBatch, "build", "build")]
+    try:
+        m.step(seqs)
+        rows = m.step(seqs)
+    finally:
+        for u in undo:
+            u()
+    print(f"{name}: marks (host ms, device ms, device - host: how far the host runs ahead)")
+    for label, h, d in rows:
+        print(f"  {label:<12}{h:>9.3f}{d:>9.3f}{d - h:>9.3f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -181,9 +241,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--host-profile", type=int, default=0, help="cProfile the launches: the N costliest host functions"
     )
+    ap.add_argument(
+        "--graph-capture", default="startup", help="startup, or lazy: each graph on first use (quicker start)"
+    )
+    ap.add_argument("--marks", action="store_true", help="host and device clocks at each layer core")
     ap.add_argument("--steps", nargs="*", default=[], help="only the step kinds starting with these words")
     a = ap.parse_args(argv)
-    mc = ModelConfig(model=a.model, load_format=a.load_format, kernel_arms=tuple(a.kernel_arms))
+    mc = ModelConfig(
+        model=a.model,
+        load_format=a.load_format,
+        kernel_arms=tuple(a.kernel_arms),
+        cuda_graph_capture=a.graph_capture,
+    )
     per_seq = math.ceil((CTX + 1100) / 32)
     cfg = EngineConfig(
         model=mc,
@@ -219,6 +288,8 @@ def main(argv: list[str] | None = None) -> None:
             pending.result()
         if a.host_profile:
             print_host_profile(name, runner, seqs, a.reps, a.host_profile)
+        if a.marks:
+            print_marks(name, runner, seqs)
         replay = replay_ms(runner, seqs, a.reps)
         kernels: dict[str, list[float]] = {}
         fam, idle = profile_once(runner, seqs, kernels)
