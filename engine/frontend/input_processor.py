@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.frontend.errors import ContextLengthError, InvalidRequestError
+from engine.frontend.tokenizer import GIL_FREE_CHARS
 from engine.sampling_params import SamplingParams
 
-# Text longer than this in total (one prompt, or all of a batch's) is tokenized off the event loop so one
-# huge request cannot stall every other one, /health included.
-THREAD_TOKENIZE_CHARS = 16384
+# Text longer than this in total (one prompt, or all of a batch's) is tokenized off the event loop so
+# neither one huge request nor a flood of long ones stalls every other one, /health included; from
+# this length on the tokenizer also releases the GIL (Tokenizer.encode).
+THREAD_TOKENIZE_CHARS = GIL_FREE_CHARS
 
 
 @dataclass(frozen=True)

@@ -239,3 +239,15 @@ def test_incremental_detokenizer_is_windowed(tiny_tok: Tokenizer) -> None:
         det.add([i])
     assert det.text == tiny_tok.decode(ids)
     assert max(calls) <= 2 * IncrementalDetokenizer.MAX_PENDING
+
+
+def test_long_text_encodes_with_the_gil_released_to_the_same_ids(qwen_tok: Tokenizer) -> None:
+    """From GIL_FREE_CHARS on, encode goes through encode_batch (the GIL released, so a worker thread
+    leaves the event loop free): the ids are those the plain path gives, on both sides of the line."""
+    from engine.frontend.tokenizer import GIL_FREE_CHARS
+
+    text = "Hello, my name is Qwen. Ünïcødé, 数字 123 and\nnew lines; " * 40
+    for n in (GIL_FREE_CHARS - 1, GIL_FREE_CHARS, GIL_FREE_CHARS + 7, len(text)):
+        plain = qwen_tok._tok.encode(text[:n], add_special_tokens=False).ids
+        assert qwen_tok.encode(text[:n]) == plain
+    assert len(qwen_tok.encode(text)) > 500
