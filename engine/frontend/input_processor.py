@@ -16,11 +16,6 @@ from engine.frontend.errors import ContextLengthError, InvalidRequestError
 from engine.frontend.tokenizer import GIL_FREE_CHARS
 from engine.sampling_params import SamplingParams
 
-# Text longer than this in total (one prompt, or all of a batch's) is tokenized off the event loop so
-# neither one huge request nor a flood of long ones stalls every other one, /health included; from
-# this length on the tokenizer also releases the GIL (Tokenizer.encode).
-THREAD_TOKENIZE_CHARS = GIL_FREE_CHARS
-
 
 @dataclass(frozen=True)
 class PromptRequest:
@@ -42,7 +37,9 @@ class InputProcessor:
 
     # ---- text -> ids -----------------------------------------------------------------------------
     async def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        if len(text) > THREAD_TOKENIZE_CHARS:
+        # Text longer than GIL_FREE_CHARS (one prompt, or a batch's total) is tokenized off the event loop,
+        # with the GIL released, so neither a huge request nor a flood of long ones stalls the rest
+        if len(text) > GIL_FREE_CHARS:
             return await asyncio.to_thread(self.tokenizer.encode, text, add_special_tokens=add_special_tokens)
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
@@ -83,7 +80,7 @@ class InputProcessor:
         """Every prompt of one request. The thread decision is on the batch's total text: 256 prompts of
         16 KB each stall the event loop as long as one 4 MB prompt."""
         texts = [p for p in prompts if isinstance(p, str)]
-        if sum(len(t) for t in texts) > THREAD_TOKENIZE_CHARS:
+        if sum(len(t) for t in texts) > GIL_FREE_CHARS:
             encoded = await asyncio.to_thread(
                 lambda: [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -123,32 +124,21 @@ class ForwardBatch:
             logits_idx = np.asarray(
                 [end - 1 for end, s in zip(qsl[1:], seqs, strict=True) if s.sample], np.int64
             )
-        (ids_t, pos_t, qsl_t, lens_t, comp_t, table_t, slots_t, state_t, has_t, logits_t) = to_device(
-            [
-                ids,
-                pos,
-                np.asarray(qsl, np.int32),
-                np.asarray(seq_lens, np.int32),
-                np.asarray(computed, np.int32),
-                table,
-                slots,
-                np.asarray([s.state_slot for s in seqs], np.int32),
-                np.asarray([s.num_computed > 0 for s in seqs], np.bool_),
-                logits_idx,
-            ],
-            device,
-        )
+        host: dict[str, np.ndarray] = {
+            "input_ids": ids,
+            "positions": pos,
+            "query_start_loc": np.asarray(qsl, np.int32),
+            "seq_lens": np.asarray(seq_lens, np.int32),
+            "num_computed": np.asarray(computed, np.int32),
+            "block_table": table,
+            "slot_mapping": slots,
+            "state_slot": np.asarray([s.state_slot for s in seqs], np.int32),
+            "has_initial_state": np.asarray([s.num_computed > 0 for s in seqs], np.bool_),
+            "logits_indices": logits_idx,
+        }
+        tensors: dict[str, Any] = dict(zip(host, to_device(list(host.values()), device), strict=True))
         return ForwardBatch(
-            input_ids=ids_t,
-            positions=pos_t,
-            query_start_loc=qsl_t,
-            seq_lens=lens_t,
-            num_computed=comp_t,
-            block_table=table_t,
-            slot_mapping=slots_t,
-            state_slot=state_t,
-            has_initial_state=has_t,
-            logits_indices=logits_t,
+            **tensors,
             num_decodes=num_decodes,
             max_query_len=max(lens),
             max_seq_len=max(seq_lens),
@@ -158,6 +148,9 @@ class ForwardBatch:
             block_size=block_size,
             max_state_slot=max(s.state_slot for s in seqs),
         )
+
+
+_TORCH = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32, np.dtype(np.bool_): torch.bool}
 
 
 def to_device(arrays: list[np.ndarray], device: torch.device | str) -> list[torch.Tensor]:
@@ -182,6 +175,3 @@ def to_device(arrays: list[np.ndarray], device: torch.device | str) -> list[torc
         dev[off : off + a.nbytes].view(_TORCH[a.dtype]).view(a.shape)
         for a, off in zip(arrays, offsets, strict=True)
     ]
-
-
-_TORCH = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32, np.dtype(np.bool_): torch.bool}
