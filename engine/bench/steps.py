@@ -90,12 +90,16 @@ class Steps:
 
 
 def profile_once(
-    runner: ModelRunner, seqs: list[ScheduledSeq], kernels: dict[str, list[float]] | None = None
+    runner: ModelRunner,
+    seqs: list[ScheduledSeq],
+    kernels: dict[str, list[float]] | None = None,
+    gaps: list[tuple[float, str, str]] | None = None,
 ) -> tuple[dict[str, float], tuple[float, float, float]]:
     """Device microseconds by op family for one step (``kernels`` collects [count, us] by kernel name),
     and where the device sat idle during it, in ms: before its first kernel, between kernels, after its
     last one (the profiler's CPU range of the call and its device activities share one clock; the
-    profiler's own host overhead is in these too)."""
+    profiler's own host overhead is in these too). ``gaps`` collects every idle gap between two
+    kernels as (us, the kernel before, the kernel after)."""
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         with torch.profiler.record_function(STEP_RANGE):
@@ -103,6 +107,7 @@ def profile_once(
         torch.cuda.synchronize()
     fam: dict[str, float] = defaultdict(float)
     spans: list[tuple[float, float]] = []
+    named: list[tuple[float, float, str]] = []
     step = None
     for ev in prof.events():
         if ev.name == STEP_RANGE:  # the call's CPU range (its GPU annotation twin spans the kernels)
@@ -111,11 +116,40 @@ def profile_once(
         elif ev.device_type == torch.autograd.DeviceType.CUDA:
             fam[family(ev.name)] += ev.device_time
             spans.append((ev.time_range.start, ev.time_range.end))
+            named.append((ev.time_range.start, ev.time_range.end, ev.name))
             if kernels is not None:
                 row = kernels.setdefault(ev.name, [0, 0.0])
                 row[0] += 1
                 row[1] += ev.device_time
+    if gaps is not None:
+        named.sort()
+        for (_, end, before), (start, _, after) in zip(named, named[1:], strict=False):
+            if start > end:
+                gaps.append((start - end, before, after))
     return dict(fam), idle_split(step, spans)
+
+
+def print_gaps(name: str, gaps: list[tuple[float, str, str]], top: int) -> None:
+    """How a step's idle time between kernels is spread: a histogram of the gaps and the longest."""
+    edges = (1, 2, 3, 5, 10, 20, 50, math.inf)
+    counts = [0] * len(edges)
+    sums = [0.0] * len(edges)
+    for us, _, _ in gaps:
+        i = next(i for i, e in enumerate(edges) if us < e)
+        counts[i] += 1
+        sums[i] += us
+    print(f"{name}: {len(gaps)} gaps between kernels, {sum(sums) / 1e3:.2f} ms (below us: count, ms)")
+    print("  " + "  ".join(f"<{e}: {c}, {t / 1e3:.2f}" for e, c, t in zip(edges, counts, sums, strict=True)))
+    by_pair: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+    for us, before, after in gaps:
+        row = by_pair[(family(before), family(after))]
+        row[0] += 1
+        row[1] += us
+    print("  by family pair (before -> after: count, ms, mean us)")
+    for (f0, f1), (c, us) in sorted(by_pair.items(), key=lambda kv: -kv[1][1])[:8]:
+        print(f"    {f0} -> {f1}: {int(c)}, {us / 1e3:.2f}, {us / c:.1f}")
+    for us, before, after in sorted(gaps, reverse=True)[:top]:
+        print(f"    {us:>8.1f} us  {before[:50]}  ->  {after[:50]}")
 
 
 STEP_RANGE = "deltaserve.bench.step"
@@ -245,6 +279,7 @@ def main(argv: list[str] | None = None) -> None:
         "--graph-capture", default="startup", help="startup, or lazy: each graph on first use (quicker start)"
     )
     ap.add_argument("--marks", action="store_true", help="host and device clocks at each layer core")
+    ap.add_argument("--gaps", type=int, default=-1, help="gaps between kernels: histogram, the N longest")
     ap.add_argument("--steps", nargs="*", default=[], help="only the step kinds starting with these words")
     a = ap.parse_args(argv)
     mc = ModelConfig(
@@ -292,7 +327,10 @@ def main(argv: list[str] | None = None) -> None:
             print_marks(name, runner, seqs)
         replay = replay_ms(runner, seqs, a.reps)
         kernels: dict[str, list[float]] = {}
-        fam, idle = profile_once(runner, seqs, kernels)
+        gaps: list[tuple[float, str, str]] = []
+        fam, idle = profile_once(runner, seqs, kernels, gaps)
+        if a.gaps >= 0:
+            print_gaps(name, gaps, a.gaps)
         device = sum(fam.values()) / 1e3
         wall = statistics.median(walls)
         rows.append(
