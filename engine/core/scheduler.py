@@ -140,23 +140,9 @@ class Scheduler:
                 i += 1
 
         admitted = 0
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs and not preempted:
-            req = self.waiting[0]
-            n = min(req.num_tokens - req.num_computed, budget)
-            # Strict FIFO: a head that does not fit blocks the queue rather than being overtaken.
-            if self.kv.num_free_slots == 0 or not self.kv.grow(req.request_id, req.num_computed + n):
-                break
-            if not self.kv.allocate_slot(req.request_id):
-                self.kv.free(req.request_id)  # no memory for the slot now: a waiting request holds nothing
-                break
-            self.waiting.popleft()
-            req.status = RequestStatus.RUNNING
-            self.running.append(req)
-            if not req.ever_scheduled:
-                req.ever_scheduled = True
-                admitted += 1
-            chosen.append((req, n))
-            budget -= n
+        if not preempted:
+            admits, admitted = self._admit(budget)
+            chosen += admits
 
         decodes = [(r, n) for r, n in chosen if n == 1 and r.num_computed > 0]
         prefills = [(r, n) for r, n in chosen if not (n == 1 and r.num_computed > 0)]
@@ -171,48 +157,96 @@ class Scheduler:
             num_preemptions=preempted,
         )
 
+    def _admit(self, budget: int, stop_at_scoring: bool = False) -> tuple[list[tuple[Request, int]], int]:
+        """Waiting requests moved to running in arrival order while the budget, the batch size, the
+        state slots and the KV pool allow, each with its first chunk's token count, and how many of
+        them are scheduled for the first time (not after a preemption). Strict FIFO: a
+        head that does not fit blocks the queue rather than being overtaken. ``stop_at_scoring``
+        (a step scheduled ahead) also stops at a head that scores its prompt or whose sampling
+        reads its tokens."""
+        out: list[tuple[Request, int]] = []
+        first = 0
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            p = req.params
+            if stop_at_scoring and (p.adjusts_logits or p.prompt_logprobs is not None):
+                break
+            n = min(req.num_tokens - req.num_computed, budget)
+            if self.kv.num_free_slots == 0 or not self.kv.grow(req.request_id, req.num_computed + n):
+                break
+            if not self.kv.allocate_slot(req.request_id):
+                self.kv.free(req.request_id)  # no memory for the slot now: a waiting request holds nothing
+                break
+            self.waiting.popleft()
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            first += int(not req.ever_scheduled)
+            req.ever_scheduled = True
+            out.append((req, n))
+            budget -= n
+        return out, first
+
     def schedule_ahead(self, out: SchedulerOutput) -> SchedulerOutput | None:
         """The step after ``out``, scheduled before ``out``'s tokens are known (async scheduling), or
-        None when it must wait for them. Only the steady state runs ahead: every running request
-        samples in ``out`` and decodes its (pending) token next, no admission is due, and every
-        one fits its next token in the KV pool without a preemption. Its sampling must not read the
-        request's tokens (penalties, bad words, min_tokens) nor score the prompt. A request that
-        finishes by length in ``out`` is left out; one that stops on a token in ``out`` computes one
-        token too many, which :meth:`update` drops with the rest of a finished request's outputs."""
-        if self.waiting and len(self.running) < self.max_num_seqs and self.kv.num_free_slots > 0:
-            return None  # an admission is due: it goes into a step scheduled with known tokens
+        None when it must wait for them. It is what :meth:`schedule` would give after ``out`` if no
+        request stopped on a token: each request that samples in ``out`` decodes its pending token
+        (fed on the device from ``out``'s row), a prefill continues with its next chunk of known
+        prompt tokens, and waiting requests are admitted, so mixed and prefill steps run ahead as
+        well as decodes and the device never waits for the host between them. A request that finishes by
+        length with its pending token is left out. It waits for the tokens (None) when a running
+        request's sampling reads its tokens (penalties, bad words, min_tokens) or scores the prompt,
+        or when a request would not fit in the KV pool without a preemption. One that stops on a
+        token in ``out`` computes one token too many, which :meth:`update` drops with the rest of a
+        finished request's outputs."""
+        done: dict[str, int] = {}
         rows: dict[str, int] = {}
         for seq, req in zip(out.seqs, out.requests, strict=True):
+            done[req.request_id] = len(seq.token_ids)
             if seq.sample:
                 rows[req.request_id] = len(rows)
-        chosen: list[tuple[Request, int]] = []
+        budget = self.budget
+        chosen: list[tuple[Request, int, int, int]] = []  # (request, first position, tokens, prev row)
         for req in self.running:
-            row = rows.get(req.request_id)
+            if budget <= 0 or len(chosen) >= self.max_num_seqs:
+                break
             p = req.params
-            if row is None or p.adjusts_logits or p.prompt_logprobs is not None:
+            if p.adjusts_logits or p.prompt_logprobs is not None:
                 return None
-            if req.num_output + 1 >= p.max_tokens or req.num_tokens + 1 >= self.max_model_len:
-                continue  # finishes by length with the pending token
-            chosen.append((req, row))
-        if not chosen or len(chosen) > self.budget:
+            row = rows.get(req.request_id, -1)
+            start = req.num_computed + done.get(req.request_id, 0)
+            if row >= 0:  # decodes the token ``out`` samples for it
+                if req.num_output + 1 >= p.max_tokens or req.num_tokens + 1 >= self.max_model_len:
+                    continue  # finishes by length with the pending token
+                n = 1
+            else:
+                n = min(req.num_tokens - start, budget)
+            if not self.kv.grow(req.request_id, start + n):
+                return None  # the blocks taken stay with their requests; the next schedule() uses them
+            chosen.append((req, start, n, row))
+            budget -= n
+        admits, first = self._admit(budget, stop_at_scoring=True)
+        admitted = [(r, 0, n, -1) for r, n in admits]
+        decodes = [c for c in chosen if c[3] >= 0 or (c[2] == 1 and c[1] > 0)]
+        prefills = [c for c in chosen if not (c[3] >= 0 or (c[2] == 1 and c[1] > 0))] + admitted
+        if not decodes and not prefills:
             return None
-        if not all(self.kv.grow(r.request_id, r.num_tokens + 1) for r, _ in chosen):
-            return None  # the blocks taken stay with their requests; the next schedule() uses them
-        seqs = [self._seq(req, 1, prev_row=row) for req, row in chosen]
+        ordered = decodes + prefills
         return SchedulerOutput(
-            seqs=seqs,
-            requests=[r for r, _ in chosen],
-            num_admitted=0,
-            num_prefill_tokens=0,
-            num_decode_tokens=len(seqs),
+            seqs=[self._seq(r, n, prev_row=row, start=start) for r, start, n, row in ordered],
+            requests=[r for r, *_ in ordered],
+            num_admitted=first,
+            num_prefill_tokens=sum(n for _, _, n, _ in prefills),
+            num_decode_tokens=len(decodes),
             num_preemptions=0,
         )
 
-    def _seq(self, req: Request, n: int, prev_row: int = -1) -> ScheduledSeq:
-        """The next ``n`` tokens of ``req``; with ``prev_row`` >= 0, the decode of its pending token
-        (scheduled ahead: the runner feeds the token sampled in that row of the step before)."""
+    def _seq(self, req: Request, n: int, prev_row: int = -1, start: int | None = None) -> ScheduledSeq:
+        """The next ``n`` tokens of ``req`` from ``start`` (default: its ``num_computed``; a step
+        scheduled ahead passes the position the step before leaves it at); with ``prev_row`` >= 0, the
+        decode of its pending token (scheduled ahead: the runner feeds the token sampled in that row
+        of the step before)."""
         if prev_row < 0:
-            start, num_output = req.num_computed, req.num_output
+            start, num_output = req.num_computed if start is None else start, req.num_output
             tokens = req.token_ids[start : start + n]
         else:
             start, num_output = req.num_tokens, req.num_output + 1

@@ -68,6 +68,7 @@ class FakeRunner:
         self._cache: dict[str, list[int]] = {}  # tokens "in the KV cache" per request
         self.keep_batches = False
         self.launched_ahead = 0  # steps launched before the previous step's tokens were read
+        self.ahead: list[list[ScheduledSeq]] = []  # those steps' sequences
 
     def device_memory(self) -> tuple[int, int]:
         return (1000, 2000)
@@ -79,7 +80,9 @@ class FakeRunner:
             assert prev is not None, "a step scheduled ahead without the previous launch"
             ids = prev.result().token_ids
             seqs = [replace(s, token_ids=(ids[s.prev_row],)) if s.prev_row >= 0 else s for s in seqs]
+        if prev is not None:
             self.launched_ahead += 1
+            self.ahead.append(seqs)
         return DoneStep(self.execute_model(seqs))
 
     def execute_model(self, seqs: list[ScheduledSeq]) -> SamplerOutput:

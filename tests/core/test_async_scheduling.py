@@ -109,6 +109,25 @@ def test_steady_decode_runs_ahead_every_step():
     assert all(got[r.request_id] == expected_tokens(r.prompt_token_ids, 30) for r in wave)
 
 
+def test_prefill_chunks_and_admissions_run_ahead():
+    """Mixed and prefill steps are scheduled ahead too: a long prompt's later chunks (known tokens)
+    and the admission of waiting requests do not wait for the step before's tokens."""
+    core = _core(True, slots=2, budget=16)
+    long = _req("long", list(range(1, 41)), max_tokens=6)  # 40 tokens: chunks of 16, 16 (and 8 + 1 decode)
+    wave = [long] + [_req(f"s{i}", [7, i + 1, 9], max_tokens=4) for i in range(5)]
+    got, finish = _drive(core, {0: wave}, {})
+    for r in wave:
+        assert got[r.request_id] == _want(r), r.request_id
+        assert finish[r.request_id][2] is None
+    ahead = core.runner.ahead  # type: ignore[attr-defined]
+    chunks = [s for seqs in ahead for s in seqs if s.request_id == "long" and len(s.token_ids) > 1]
+    assert [(s.num_computed, len(s.token_ids)) for s in chunks] == [(16, 16), (32, 8)]
+    admitted_ahead = {s.request_id for seqs in ahead for s in seqs if s.num_computed == 0}
+    assert admitted_ahead, "no waiting request was admitted in a step scheduled ahead"
+    # every step after the first was launched ahead of the one before it
+    assert core.runner.launched_ahead == core.runner.steps - 1  # type: ignore[attr-defined]
+
+
 def test_abort_while_a_step_is_ahead():
     core = _core(True)
     wave = [_req(str(i), [9, i + 1], max_tokens=25) for i in range(3)]
