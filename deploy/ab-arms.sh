@@ -8,7 +8,8 @@
 #   PAIRS   alternated A/B pairs before the A/A pair (default 2)
 # Env: PY (default python3), PORT_A/PORT_B (8001/8002), CONCURRENCY (default 32, W1's; 1 for W2),
 #   FLAGS_A/FLAGS_B: serve flags for one side only (A/B a server flag with equal arms, e.g.
-#   FLAGS_B="--gdn-state-memory upfront").
+#   FLAGS_B="--gdn-state-memory upfront"); PY_A/PY_B: the Python command of one side only (default
+#   PY), e.g. a wrapper that runs an older checkout, to A/B two trees with equal arms and flags.
 # Output: OUT_DIR/ab.json (per-metric B/A ratios and the A/A band), run-*.json, server logs, and
 # peak-memory.txt: each server's peak device-memory gauge after all its runs. The servers persist
 # across runs, so loadgen leaves their (cumulative) peak out of ab.json's ratios; the gauge is
@@ -23,11 +24,11 @@ CONCURRENCY=${CONCURRENCY:-32}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 
-serve() {  # $1 = port, $2 = arms, $3 = log, then extra serve flags; prints the pid
-    local port=$1 arms=$2 log=$3
-    shift 3
+serve() {  # $1 = python, $2 = port, $3 = arms, $4 = log, then extra serve flags; prints the pid
+    local py=$1 port=$2 arms=$3 log=$4
+    shift 4
     # shellcheck disable=SC2086  # the arm list is meant to split into words
-    "$PY" -m engine.cli serve --model "$ckpt" --load-format dummy --max-num-batched-tokens 2048 \
+    "$py" -m engine.cli serve --model "$ckpt" --load-format dummy --max-num-batched-tokens 2048 \
         --num-gpu-blocks-override 1280 --port "$port" ${arms:+--kernel-arms $arms} "$@" >"$log" 2>&1 &
     echo $!
 }
@@ -43,16 +44,16 @@ wait_health() {  # $1 = port, $2 = seconds, $3 = pid
 }
 
 # shellcheck disable=SC2086  # the one-side flags are meant to split into words
-a=$(serve "$PORT_A" "$arms_a" "$out/server-A.log" ${FLAGS_A:-} "$@")
+a=$(serve "${PY_A:-$PY}" "$PORT_A" "$arms_a" "$out/server-A.log" ${FLAGS_A:-} "$@")
 # shellcheck disable=SC2086
-b=$(serve "$PORT_B" "$arms_b" "$out/server-B.log" ${FLAGS_B:-} "$@")
+b=$(serve "${PY_B:-$PY}" "$PORT_B" "$arms_b" "$out/server-B.log" ${FLAGS_B:-} "$@")
 trap 'kill -TERM "$a" "$b" 2>/dev/null; wait "$a" "$b" 2>/dev/null' EXIT
 if ! wait_health "$PORT_A" 400 "$a" || ! wait_health "$PORT_B" 400 "$b"; then
     echo "a server did not become healthy; see $out/server-*.log" >&2
     tail -n 20 "$out"/server-*.log >&2
     exit 1
 fi
-echo "A: --kernel-arms ${arms_a:-(defaults)} ${FLAGS_A:-}   B: --kernel-arms ${arms_b:-(defaults)} ${FLAGS_B:-}" \
+echo "A: ${PY_A:-$PY} --kernel-arms ${arms_a:-(defaults)} ${FLAGS_A:-}   B: ${PY_B:-$PY} --kernel-arms ${arms_b:-(defaults)} ${FLAGS_B:-}" \
     | tee "$out/arms.txt"
 "$PY" -m loadgen ab --a-url "http://127.0.0.1:$PORT_A" --b-url "http://127.0.0.1:$PORT_B" --pairs "$pairs" \
     --dataset "$w1" --concurrency "$CONCURRENCY" --num-warmups 2 --no-progress --out-dir "$out" 2>"$out/ab.log" \
