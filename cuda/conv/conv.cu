@@ -29,72 +29,30 @@ __device__ __forceinline__ void packv(const float* f, uint2& u) {
 }
 __device__ __forceinline__ void zerov(uint4& u) { u = make_uint4(0u, 0u, 0u, 0u); }
 __device__ __forceinline__ void zerov(uint2& u) { u = make_uint2(0u, 0u); }
-__device__ __forceinline__ void words(const uint4& u, unsigned* w) { w[0] = u.x; w[1] = u.y; w[2] = u.z; w[3] = u.w; }
-__device__ __forceinline__ void words(const uint2& u, unsigned* w) { w[0] = u.x; w[1] = u.y; }
-
-// The new conv state of sequence b after a prefill: its last H = K-1 inputs, reaching into the old
-// state when the sequence is shorter than H. VEC channels from c0; every old value is read before the
-// first write, so a thread that is the only reader of these state entries may update them in place.
-template <int VEC>
-__device__ __forceinline__ void write_conv_state(const bf16_t* __restrict__ x, int x_stride, bf16_t* st,
-                                                 int start, int len, bool hist, int c0, int H) {
-  bf16_t nv[CONV_KMAX - 1][VEC];
-#pragma unroll
-  for (int i = 0; i < CONV_KMAX - 1; ++i) {
-    if (i >= H) break;
-    const int p = len - H + i;
-    if (p >= 0) {
-      unsigned w[VEC / 2];
-      words(*reinterpret_cast<const typename ConvVec<VEC>::T*>(x + (size_t)(start + p) * x_stride + c0), w);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) nv[i][e] = (bf16_t)(w[e / 2] >> (16 * (e % 2)));
-    } else {
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) nv[i][e] = hist ? st[e * H + H + p] : (bf16_t)0;
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < CONV_KMAX - 1; ++i) {
-    if (i >= H) break;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) st[e * H + i] = nv[i][e];
-  }
-}
 
 // KT > 0: width fixed at compile time (arm conv.k4, all taps unrolled without predicates);
 // KT == 0: runtime width kw <= CONV_KMAX, taps predicated.
 // TOK: tokens per thread; the K-1 previous inputs slide through registers, so one thread reads each
 // input once (TOK = 8 is arm conv.chunk8, 1 is the plain per-token grid).
 // grid: (ceil(C / (VEC * THREADS)), ceil(max_query_len / TOK), B)
-// With TOK >= CONV_KMAX - 1 (conv.chunk8) only the first token chunk (blockIdx.y == 0) reaches back
-// into the old state, so its threads also write the new one (write_conv_state, after their reads) and
-// conv_state_update_kernel is not launched; with fewer tokens per thread several chunks read the old
-// state and that separate launch, ordered after this one, writes it.
 // Min blocks per SM: ptxas' own choice (0) except for the k4 instantiations, where it picked 96
 // registers and spilled on sm_120; 2 gives them room without a spill on sm_90 and sm_120.
 template <int KT, int TOK, int THREADS, int VEC>
 __global__ void __launch_bounds__(THREADS, KT == 4 && VEC == 8 ? 2 : 0)
     conv_prefill_kernel(const bf16_t* __restrict__ x, int x_stride, const bf16_t* __restrict__ weight,
-                        bf16_t* __restrict__ conv_state, const int* __restrict__ qsl,
+                        const bf16_t* __restrict__ conv_state, const int* __restrict__ qsl,
                         const int* __restrict__ slots, const unsigned char* __restrict__ has_init,
                         bf16_t* __restrict__ out, int C, int kw) {
   constexpr int KM = KT > 0 ? KT : CONV_KMAX;
-  constexpr bool WRITES_STATE = TOK >= CONV_KMAX - 1;
   const int K = KT > 0 ? KT : kw;
   const int b = blockIdx.z;
   const int c0 = (blockIdx.x * THREADS + threadIdx.x) * VEC;
   const int start = qsl[b];
   const int len = qsl[b + 1] - start;
   const int t0 = blockIdx.y * TOK;
-  if (c0 >= C) return;
+  if (c0 >= C || t0 >= len) return;
   const int slot = slots[b];
   const bool hist = slot > 0 && has_init[b] != 0;
-  bf16_t* st_out =
-      WRITES_STATE && blockIdx.y == 0 && slot > 0 ? conv_state + ((size_t)slot * C + c0) * (K - 1) : nullptr;
-  if (t0 >= len) {  // an empty sequence still gets its new state: the old one, or zeros
-    if (st_out != nullptr) write_conv_state<VEC>(x, x_stride, st_out, start, len, hist, c0, K - 1);
-    return;
-  }
 
   // taps right-aligned: w[m] multiplies input t-(KM-1)+m; the first KM-K taps are zero (generic path)
   float w[KM][VEC];
@@ -170,13 +128,12 @@ __global__ void __launch_bounds__(THREADS, KT == 4 && VEC == 8 ? 2 : 0)
 #pragma unroll
     for (int e = 0; e < VEC; ++e) h[KM - 2][e] = cur[e];
   }
-  if (st_out != nullptr) write_conv_state<VEC>(x, x_stride, st_out, start, len, hist, c0, K - 1);
 }
 
-// New conv state after a prefill with fewer than CONV_KMAX - 1 tokens per thread (the plain per-token
-// grid; conv.chunk8's prefill writes it itself): several of that launch's token chunks read the old
-// state, so this separate launch, ordered after them by the stream, replaces it.
-// grid: (ceil(C / (8 * THREADS)), B)
+// New conv state after a prefill: the last K-1 inputs of each sequence, reaching into the old state
+// when the sequence is shorter than K-1. A separate launch because the conv CTAs of the first chunk
+// still read the old state; the stream orders this after them. Each thread reads all its old values
+// before writing, so the in-place update is race free. grid: (ceil(C / (8 * THREADS)), B)
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS)
     conv_state_update_kernel(const bf16_t* __restrict__ x, int x_stride, bf16_t* __restrict__ conv_state,
@@ -189,8 +146,29 @@ __global__ void __launch_bounds__(THREADS)
   const int start = qsl[b];
   const int len = qsl[b + 1] - start;
   const bool hist = has_init[b] != 0;
-  write_conv_state<CONV_VEC>(x, x_stride, conv_state + ((size_t)slot * C + c0) * (kw - 1), start, len, hist, c0,
-                             kw - 1);
+  const int H = kw - 1;
+  bf16_t* st = conv_state + ((size_t)slot * C + c0) * H;
+  bf16_t nv[CONV_KMAX - 1][CONV_VEC];
+#pragma unroll
+  for (int i = 0; i < CONV_KMAX - 1; ++i) {
+    if (i >= H) break;
+    const int p = len - H + i;
+    if (p >= 0) {
+      const uint4 u = *reinterpret_cast<const uint4*>(x + (size_t)(start + p) * x_stride + c0);
+      const unsigned int ws[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int e = 0; e < CONV_VEC; ++e) nv[i][e] = (bf16_t)(ws[e / 2] >> (16 * (e % 2)));
+    } else {
+#pragma unroll
+      for (int e = 0; e < CONV_VEC; ++e) nv[i][e] = hist ? st[e * H + H + p] : (bf16_t)0;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < CONV_KMAX - 1; ++i) {
+    if (i >= H) break;
+#pragma unroll
+    for (int e = 0; e < CONV_VEC; ++e) st[e * H + i] = nv[i][e];
+  }
 }
 
 // Decode: one token per sequence. window = state ++ x; out = silu(conv); state <- window[1:].
@@ -233,11 +211,11 @@ __global__ void __launch_bounds__(THREADS)
 #ifdef DELTASERVE_NVCC_CHECK
 // CI compile check (tests/test_cuda_compile.py): emit the hot instantiations for ptxas -v.
 #define P_ ArchParams<DS_SM>
-template __global__ void conv_prefill_kernel<4, 8, P_::conv_threads, 8>(const bf16_t*, int, const bf16_t*, bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
-template __global__ void conv_prefill_kernel<4, 8, P_::conv_threads, 4>(const bf16_t*, int, const bf16_t*, bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
-template __global__ void conv_prefill_kernel<0, 8, P_::conv_threads, 4>(const bf16_t*, int, const bf16_t*, bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
-template __global__ void conv_prefill_kernel<0, 8, P_::conv_threads, 8>(const bf16_t*, int, const bf16_t*, bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
-template __global__ void conv_prefill_kernel<0, 1, P_::conv_threads, 8>(const bf16_t*, int, const bf16_t*, bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
+template __global__ void conv_prefill_kernel<4, 8, P_::conv_threads, 8>(const bf16_t*, int, const bf16_t*, const bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
+template __global__ void conv_prefill_kernel<4, 8, P_::conv_threads, 4>(const bf16_t*, int, const bf16_t*, const bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
+template __global__ void conv_prefill_kernel<0, 8, P_::conv_threads, 4>(const bf16_t*, int, const bf16_t*, const bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
+template __global__ void conv_prefill_kernel<0, 8, P_::conv_threads, 8>(const bf16_t*, int, const bf16_t*, const bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
+template __global__ void conv_prefill_kernel<0, 1, P_::conv_threads, 8>(const bf16_t*, int, const bf16_t*, const bf16_t*, const int*, const int*, const unsigned char*, bf16_t*, int, int);
 template __global__ void conv_state_update_kernel<P_::conv_threads>(const bf16_t*, int, bf16_t*, const int*, const int*, const unsigned char*, int, int);
 template __global__ void conv_decode_kernel<4, P_::conv_threads>(const bf16_t*, int, const bf16_t*, bf16_t*, const int*, bf16_t*, int, int, int);
 template __global__ void conv_decode_kernel<0, P_::conv_threads>(const bf16_t*, int, const bf16_t*, bf16_t*, const int*, bf16_t*, int, int, int);

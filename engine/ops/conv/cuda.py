@@ -74,8 +74,7 @@ def causal_conv1d_prefill(
     *,
     arms: frozenset[str] = frozenset({"conv.chunk8"}),
 ):
-    """x [T, C] bf16 -> [T, C] bf16; conv_state [S, C, K-1] updated in place for slots > 0 (by the conv
-    kernel itself with conv.chunk8, else by a second launch)."""
+    """x [T, C] bf16 -> [T, C] bf16; conv_state [S, C, K-1] updated in place for slots > 0."""
     op = "causal_conv1d_prefill"
     C, K = _check_common(op, x, weight, conv_state)
     B = state_slot.shape[0]
@@ -106,8 +105,6 @@ def causal_conv1d_prefill(
             i32(K),
         ),
     )
-    if tok >= KMAX - 1:
-        return out  # the first token chunk's threads wrote the new state (see the .cu)
     upd = kernel(SRC, f"conv_state_update_kernel<{threads}>")
     launch(
         upd,
