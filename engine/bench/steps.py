@@ -122,11 +122,25 @@ def profile_once(
                 row[0] += 1
                 row[1] += ev.device_time
     if gaps is not None:
-        named.sort()
-        for (_, end, before), (start, _, after) in zip(named, named[1:], strict=False):
-            if start > end:
-                gaps.append((start - end, before, after))
+        gaps.extend(gaps_between(named))
     return dict(fam), idle_split(step, spans)
+
+
+def gaps_between(kernels: list[tuple[float, float, str]]) -> list[tuple[float, str, str]]:
+    """The device's idle gaps among ``kernels`` (start, end, name): (length, the kernel whose end
+    opens it, the kernel whose start closes it), each gap once however kernels overlap (a kernel
+    inside a longer one, or two launched to overlap, leave no gap)."""
+    out: list[tuple[float, str, str]] = []
+    ordered = sorted(kernels)
+    if not ordered:
+        return out
+    end, last = ordered[0][1], ordered[0][2]
+    for start, e, name in ordered[1:]:
+        if start > end:
+            out.append((start - end, last, name))
+        if e > end:
+            end, last = e, name
+    return out
 
 
 def print_gaps(name: str, gaps: list[tuple[float, str, str]], top: int) -> None:
