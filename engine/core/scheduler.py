@@ -160,10 +160,9 @@ class Scheduler:
     def _admit(self, budget: int, stop_at_scoring: bool = False) -> tuple[list[tuple[Request, int]], int]:
         """Waiting requests moved to running in arrival order while the budget, the batch size, the
         state slots and the KV pool allow, each with its first chunk's token count, and how many of
-        them are scheduled for the first time (not after a preemption). Strict FIFO: a
-        head that does not fit blocks the queue rather than being overtaken. ``stop_at_scoring``
-        (a step scheduled ahead) also stops at a head that scores its prompt or whose sampling
-        reads its tokens."""
+        them are scheduled for the first time (not after a preemption). Strict FIFO: a head that does
+        not fit blocks the queue rather than being overtaken. ``stop_at_scoring`` (a step scheduled
+        ahead) also stops at a head that scores its prompt or whose sampling reads its tokens."""
         out: list[tuple[Request, int]] = []
         first = 0
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -191,9 +190,9 @@ class Scheduler:
         None when it must wait for them. It is what :meth:`schedule` would give after ``out`` if no
         request stopped on a token: each request that samples in ``out`` decodes its pending token
         (fed on the device from ``out``'s row), a prefill continues with its next chunk of known
-        prompt tokens, and waiting requests are admitted, so mixed and prefill steps run ahead as
-        well as decodes and the device never waits for the host between them. A request that finishes by
-        length with its pending token is left out. It waits for the tokens (None) when a running
+        prompt tokens, and waiting requests are admitted; so the host prepares mixed and prefill steps,
+        as well as decodes, while the device runs the step before. A request that finishes by length
+        with its pending token is left out. It waits for the tokens (None) when a running
         request's sampling reads its tokens (penalties, bad words, min_tokens) or scores the prompt,
         or when a request would not fit in the KV pool without a preemption. One that stops on a
         token in ``out`` computes one token too many, which :meth:`update` drops with the rest of a
@@ -226,8 +225,9 @@ class Scheduler:
             budget -= n
         admits, first = self._admit(budget, stop_at_scoring=True)
         admitted = [(r, 0, n, -1) for r, n in admits]
-        decodes = [c for c in chosen if c[3] >= 0 or (c[2] == 1 and c[1] > 0)]
-        prefills = [c for c in chosen if not (c[3] >= 0 or (c[2] == 1 and c[1] > 0))] + admitted
+        # decode-shaped (one token on top of state; a pending token's decode is one) first, as schedule()
+        decodes = [c for c in chosen if c[2] == 1 and c[1] > 0]
+        prefills = [c for c in chosen if not (c[2] == 1 and c[1] > 0)] + admitted
         if not decodes and not prefills:
             return None
         ordered = decodes + prefills
