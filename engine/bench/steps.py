@@ -33,12 +33,13 @@ import time
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
+from typing import get_args
 
 import numpy as np
 import torch
 
 from engine.bench.kernels import time_eager
-from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from engine.config import CacheConfig, EngineConfig, GraphCapture, LoadFormat, ModelConfig, SchedulerConfig
 from engine.model.forward_batch import ForwardBatch
 from engine.sampling_params import SamplingParams
 from engine.worker.model_runner import ModelRunner
@@ -279,28 +280,13 @@ def print_marks(name: str, runner: ModelRunner, seqs: list[ScheduledSeq]) -> Non
         print(f"  {label:<12}{h:>9.3f}{d:>9.3f}{d - h:>9.3f}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--load-format", default="auto")
-    ap.add_argument("--kernel-arms", nargs="*", default=[])
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--top", type=int, default=0, help="list the N costliest kernels of each step")
-    ap.add_argument(
-        "--host-profile", type=int, default=0, help="cProfile the launches: the N costliest host functions"
-    )
-    ap.add_argument(
-        "--graph-capture", default="startup", help="startup, or lazy: each graph on first use (quicker start)"
-    )
-    ap.add_argument("--marks", action="store_true", help="host and device clocks at each layer core")
-    ap.add_argument("--gaps", type=int, default=-1, help="gaps between kernels: histogram, the N longest")
-    ap.add_argument("--steps", nargs="*", default=[], help="only the step kinds starting with these words")
-    a = ap.parse_args(argv)
+def step_runner(
+    model: str, load_format: LoadFormat, arms: list[str], graph_capture: GraphCapture
+) -> ModelRunner:
+    """The runner the step benches time: KV for 65 sequences of CTX + 1,100 tokens, up to 64 sequences
+    and 2,048 tokens a step (W1's budget)."""
     mc = ModelConfig(
-        model=a.model,
-        load_format=a.load_format,
-        kernel_arms=tuple(a.kernel_arms),
-        cuda_graph_capture=a.graph_capture,
+        model=model, load_format=load_format, kernel_arms=tuple(arms), cuda_graph_capture=graph_capture
     )
     per_seq = math.ceil((CTX + 1100) / 32)
     cfg = EngineConfig(
@@ -308,7 +294,30 @@ def main(argv: list[str] | None = None) -> None:
         cache=CacheConfig(num_gpu_blocks_override=65 * per_seq),
         scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=2048),
     )
-    runner = ModelRunner(cfg)
+    return ModelRunner(cfg)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--load-format", default="auto", choices=get_args(LoadFormat))
+    ap.add_argument("--kernel-arms", nargs="*", default=[])
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--top", type=int, default=0, help="list the N costliest kernels of each step")
+    ap.add_argument(
+        "--host-profile", type=int, default=0, help="cProfile the launches: the N costliest host functions"
+    )
+    ap.add_argument(
+        "--graph-capture",
+        default="startup",
+        choices=get_args(GraphCapture),
+        help="startup, or lazy: each graph on first use (quicker start)",
+    )
+    ap.add_argument("--marks", action="store_true", help="host and device clocks at each layer core")
+    ap.add_argument("--gaps", type=int, default=-1, help="gaps between kernels: histogram, the N longest")
+    ap.add_argument("--steps", nargs="*", default=[], help="only the step kinds starting with these words")
+    a = ap.parse_args(argv)
+    runner = step_runner(a.model, a.load_format, a.kernel_arms, a.graph_capture)
     steps = Steps(runner, np.random.default_rng(0))
     rows = []
     for name, seqs in steps.kinds().items():

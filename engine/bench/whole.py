@@ -14,16 +14,16 @@ same values) the graph's logits are compared with the eager forward's bit for bi
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 from collections.abc import Callable
+from typing import get_args
 
 import numpy as np
 import torch
 
-from engine.bench.steps import CTX, Steps
-from engine.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from engine.bench.steps import Steps, gaps_between, step_runner
+from engine.config import LoadFormat
 from engine.model.forward_batch import ForwardBatch
 from engine.worker.cuda_graphs import capture_stream, no_gc
 from engine.worker.model_runner import ModelRunner
@@ -105,37 +105,26 @@ def profiled(call: Callable[[], object], n: int) -> tuple[float, float]:
         for _ in range(n):
             call()
         torch.cuda.synchronize()
-    spans = sorted(
-        (ev.time_range.start, ev.time_range.end)
+    kernels = [
+        (ev.time_range.start, ev.time_range.end, ev.name)
         for ev in prof.events()
         if ev.device_type == torch.autograd.DeviceType.CUDA
-    )
-    busy = gaps = 0.0
-    end = spans[0][0] if spans else 0.0
-    for s, e in spans:
-        gaps += max(0.0, s - end)
-        busy += e - max(s, end) if e > end else 0.0
-        end = max(end, e)
-    return busy / n / 1e3, gaps / n / 1e3
+    ]
+    if not kernels:
+        return 0.0, 0.0
+    gaps = sum(g for g, _, _ in gaps_between(kernels))
+    span = max(e for _, e, _ in kernels) - min(s for s, _, _ in kernels)
+    return (span - gaps) / n / 1e3, gaps / n / 1e3
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--load-format", default="auto")
+    ap.add_argument("--load-format", default="auto", choices=get_args(LoadFormat))
     ap.add_argument("--kernel-arms", nargs="*", default=[])
     ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args(argv)
-    mc = ModelConfig(
-        model=a.model, load_format=a.load_format, kernel_arms=tuple(a.kernel_arms), cuda_graph_capture="lazy"
-    )
-    per_seq = math.ceil((CTX + 1100) / 32)
-    cfg = EngineConfig(
-        model=mc,
-        cache=CacheConfig(num_gpu_blocks_override=65 * per_seq),
-        scheduler=SchedulerConfig(max_num_seqs=64, max_num_batched_tokens=2048),
-    )
-    runner = ModelRunner(cfg)
+    runner = step_runner(a.model, a.load_format, a.kernel_arms, "lazy")
     if runner.stream is None:
         raise SystemExit("engine.bench.whole needs a CUDA device")
     steps = Steps(runner, np.random.default_rng(0))
