@@ -107,7 +107,6 @@ def profile_once(
             runner.execute_model(seqs)
         torch.cuda.synchronize()
     fam: dict[str, float] = defaultdict(float)
-    spans: list[tuple[float, float]] = []
     named: list[tuple[float, float, str]] = []
     step = None
     for ev in prof.events():
@@ -116,7 +115,6 @@ def profile_once(
                 step = (ev.time_range.start, ev.time_range.end)
         elif ev.device_type == torch.autograd.DeviceType.CUDA:
             fam[family(ev.name)] += ev.device_time
-            spans.append((ev.time_range.start, ev.time_range.end))
             named.append((ev.time_range.start, ev.time_range.end, ev.name))
             if kernels is not None:
                 row = kernels.setdefault(ev.name, [0, 0.0])
@@ -124,7 +122,7 @@ def profile_once(
                 row[1] += ev.device_time
     if gaps is not None:
         gaps.extend(gaps_between(named))
-    return dict(fam), idle_split(step, spans)
+    return dict(fam), idle_split(step, [(s, e) for s, e, _ in named])
 
 
 def gaps_between(kernels: list[tuple[float, float, str]]) -> list[tuple[float, str, str]]:
@@ -177,13 +175,9 @@ def idle_split(
     step whose host call spans ``step`` (us); zeros without a step range or activities."""
     if step is None or not spans:
         return 0.0, 0.0, 0.0
-    spans.sort()
-    gaps, end = 0.0, spans[0][1]
-    for s, e in spans[1:]:
-        if s > end:
-            gaps += s - end
-        end = max(end, e)
-    return (max(0.0, spans[0][0] - step[0]) / 1e3, gaps / 1e3, max(0.0, step[1] - end) / 1e3)
+    between = sum(g for g, _, _ in gaps_between([(s, e, "") for s, e in spans]))
+    first, last = min(s for s, _ in spans), max(e for _, e in spans)
+    return max(0.0, first - step[0]) / 1e3, between / 1e3, max(0.0, step[1] - last) / 1e3
 
 
 def replay_ms(runner: ModelRunner, seqs: list[ScheduledSeq], reps: int) -> float:

@@ -143,16 +143,21 @@ class Scheduler:
         if not preempted:
             admits, admitted = self._admit(budget)
             chosen += admits
+        return self._output([(r, r.num_computed, n, -1) for r, n in chosen], admitted, preempted)
 
-        decodes = [(r, n) for r, n in chosen if n == 1 and r.num_computed > 0]
-        prefills = [(r, n) for r, n in chosen if not (n == 1 and r.num_computed > 0)]
+    def _output(
+        self, rows: list[tuple[Request, int, int, int]], admitted: int, preempted: int
+    ) -> SchedulerOutput:
+        """The step of ``rows`` (request, first position, tokens, prev row), decode-shaped rows (one
+        token on top of state; a pending token's decode is one) first, as the runner requires."""
+        decodes = [c for c in rows if c[2] == 1 and c[1] > 0]
+        prefills = [c for c in rows if not (c[2] == 1 and c[1] > 0)]
         ordered = decodes + prefills
-        seqs = [self._seq(r, n) for r, n in ordered]
         return SchedulerOutput(
-            seqs=seqs,
-            requests=[r for r, _ in ordered],
+            seqs=[self._seq(r, n, prev_row=row, start=start) for r, start, n, row in ordered],
+            requests=[r for r, *_ in ordered],
             num_admitted=admitted,
-            num_prefill_tokens=sum(n for _, n in prefills),
+            num_prefill_tokens=sum(n for _, _, n, _ in prefills),
             num_decode_tokens=len(decodes),
             num_preemptions=preempted,
         )
@@ -224,21 +229,8 @@ class Scheduler:
             chosen.append((req, start, n, row))
             budget -= n
         admits, first = self._admit(budget, stop_at_scoring=True)
-        admitted = [(r, 0, n, -1) for r, n in admits]
-        # decode-shaped (one token on top of state; a pending token's decode is one) first, as schedule()
-        decodes = [c for c in chosen if c[2] == 1 and c[1] > 0]
-        prefills = [c for c in chosen if not (c[2] == 1 and c[1] > 0)] + admitted
-        if not decodes and not prefills:
-            return None
-        ordered = decodes + prefills
-        return SchedulerOutput(
-            seqs=[self._seq(r, n, prev_row=row, start=start) for r, start, n, row in ordered],
-            requests=[r for r, *_ in ordered],
-            num_admitted=first,
-            num_prefill_tokens=sum(n for _, _, n, _ in prefills),
-            num_decode_tokens=len(decodes),
-            num_preemptions=0,
-        )
+        chosen += [(r, 0, n, -1) for r, n in admits]
+        return self._output(chosen, first, 0) if chosen else None
 
     def _seq(self, req: Request, n: int, prev_row: int = -1, start: int | None = None) -> ScheduledSeq:
         """The next ``n`` tokens of ``req`` from ``start`` (default: its ``num_computed``; a step
