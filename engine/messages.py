@@ -31,6 +31,8 @@ class AddRequests(_Wire, tag="add"):
     """One wave: admitted whole, at one step boundary, in this order."""
 
     requests: list[EngineRequest]
+    received_time: float = 0.0
+    """time.monotonic() when the engine's input thread decoded the wave; set there, not by the sender."""
 
 
 class AbortRequests(_Wire, tag="abort"):
@@ -88,6 +90,10 @@ class EngineOutput(_Wire):
     error: str | None = None
     prompt_logprobs: list[TokenLogprobs] | None = None
     """Every prompt token but the first, scored; on a request's first output only."""
+    timings: list[float] | None = None
+    """On the output that carries a request's first token: time.monotonic() in the engine process when
+    its wave reached the engine, when it was first scheduled and when its first token was read back
+    (on Linux the API process's monotonic clock is the same one)."""
 
 
 class EngineOutputs(_Wire, tag="outputs"):

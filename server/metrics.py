@@ -36,6 +36,17 @@ _LATENCY_BUCKETS = (
 )
 _E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0)
 _ADMIT_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_STAGE_BUCKETS = (1e-4, 3e-4, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 5.0, 30.0)
+# Where a first token's time goes, in order (deltaserve_first_token_stage_seconds); the stages add
+# up to deltaserve_time_to_first_token_seconds.
+FIRST_TOKEN_STAGES = (
+    "submit",  # the route's start -> the request registered in AsyncLLM
+    "to_engine",  # -> its wave decoded by the engine's input thread (event-loop turn, msgpack, ZMQ)
+    "queue",  # -> first scheduled (waiting for the engine loop, KV, slots, the batch budget)
+    "prefill",  # -> the first token read back on the engine (every prefill chunk, the sampler)
+    "from_engine",  # -> the outputs handled in the API process (output thread, ZMQ, decode, detokenize)
+    "to_route",  # -> the route's stream sees the token (the event loop hands it over)
+)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -55,6 +66,10 @@ class Metrics:
         self.e2e = Histogram(
             "deltaserve_e2e_request_latency_seconds", "Request latency, arrival to last token.", label,
             buckets=_E2E_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.stage = Histogram(
+            "deltaserve_first_token_stage_seconds", "Time to first token by stage (they add up to it).",
+            [*label, "stage"], buckets=_STAGE_BUCKETS, registry=r,
         )  # fmt: skip
         self.running = Gauge("deltaserve_num_requests_running", "Requests running in the engine.", registry=r)
         self.waiting = Gauge("deltaserve_num_requests_waiting", "Requests waiting in the engine.", registry=r)
@@ -171,6 +186,12 @@ class Metrics:
     def observe_first_token(self, seconds: float) -> None:
         self.ttft.labels(self.model_name).observe(seconds)
 
+    def observe_stages(self, marks: tuple[float, ...]) -> None:
+        """The hops of one first token, consecutive differences of ``marks`` (see FIRST_TOKEN_STAGES);
+        they add up to the TTFT observed with them. Clamped at 0: the marks come from two processes."""
+        for stage, a, b in zip(FIRST_TOKEN_STAGES, marks[:-1], marks[1:], strict=True):
+            self.stage.labels(self.model_name, stage).observe(max(0.0, b - a))
+
     def observe_itl(self, seconds: float) -> None:
         self.itl.labels(self.model_name).observe(seconds)
 
@@ -216,13 +237,19 @@ class RequestTimer:
         self.last = start
         self.first_seen = False
 
-    def on_output(self, num_new_tokens: int) -> None:
+    def on_output(self, num_new_tokens: int, out: Any = None) -> None:
+        """``out`` (a RequestOutput) lends the first token's hops to the stage histogram."""
         if num_new_tokens <= 0:
             return
         now = time.monotonic()
         if not self.first_seen:
             self.first_seen = True
             self.metrics.observe_first_token(now - self.start)
+            timings = getattr(out, "engine_timings", None)
+            if timings is not None and len(timings) == 3 and out.first_token_time is not None:
+                self.metrics.observe_stages(
+                    (self.start, out.arrival_time, *timings, out.first_token_time, now)
+                )
         else:
             self.metrics.observe_itl(now - self.last)
         self.last = now

@@ -165,7 +165,7 @@ class ChoiceState:
     seen_output: bool = False
 
     def add(self, out: Any, st: ServerState) -> None:
-        self.timer.on_output(len(out.new_token_ids))
+        self.timer.on_output(len(out.new_token_ids), out)
         st.metrics.sample(st.llm)
         self.seen_output = True
         self.text.append(out.new_text)

@@ -89,6 +89,9 @@ class EngineCore:
     # ---- inputs --------------------------------------------------------------------------------
     def add_requests(self, wave: AddRequests) -> None:
         reqs = [Request(e.request_id, e.prompt_token_ids, e.params, e.arrival_time) for e in wave.requests]
+        received = wave.received_time or time.monotonic()
+        for r in reqs:
+            r.queued_time = received
         self._pending.extend(self.scheduler.add_wave(reqs))
 
     def abort(self, request_ids: list[str]) -> None:
@@ -315,7 +318,10 @@ def _input_thread(ctx: zmq.Context, addr: str, inbox: queue.Queue, stop: threadi
                 continue
             frame = sock.recv(copy=True)
             try:
-                inbox.put(decode_input(frame))
+                msg = decode_input(frame)
+                if isinstance(msg, AddRequests):
+                    msg.received_time = time.monotonic()  # the start of its queue time
+                inbox.put(msg)
             except Exception as e:  # never executed, never unpickled: typed decode or drop
                 logger.warning("dropped a malformed frame (%d bytes): %s", len(frame), e)
     finally:

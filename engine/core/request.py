@@ -31,6 +31,8 @@ class Request:
         "ever_scheduled",
         "arrival_time",
         "prompt_logprobs",
+        "queued_time",
+        "scheduled_time",
     )
 
     def __init__(
@@ -48,6 +50,10 @@ class Request:
         self.num_preemptions = 0
         self.ever_scheduled = False
         self.arrival_time = arrival_time
+        self.queued_time = 0.0
+        """time.monotonic() when the engine received it (its wave's received_time)."""
+        self.scheduled_time = 0.0
+        """time.monotonic() when it was first scheduled (kept across preemptions)."""
         self.prompt_logprobs: list[TokenLogprobs] = []
         """Scored prompt tokens (positions 1..), collected over prefill chunks; sent with the first output."""
 

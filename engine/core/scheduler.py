@@ -9,6 +9,7 @@ Block and slot bookkeeping lives in :class:`~engine.core.kv_manager.KVManager`.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -184,7 +185,9 @@ class Scheduler:
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
             self.running.append(req)
-            first += int(not req.ever_scheduled)
+            if not req.ever_scheduled:
+                first += 1
+                req.scheduled_time = time.monotonic()
             req.ever_scheduled = True
             out.append((req, n))
             budget -= n
@@ -285,8 +288,11 @@ class Scheduler:
                 results.append(done)
                 continue
             req.token_ids.append(token)
+            timings = None
             if req.num_output != 1:
                 prompt_lps = None
+            else:
+                timings = [req.queued_time, req.scheduled_time, time.monotonic()]
             reason = self._stop_reason(req, token)
             if reason is not None:
                 if reason is FinishReason.STOP:
@@ -301,6 +307,7 @@ class Scheduler:
                     finish_reason=reason,
                     stop_token=req.stop_token,
                     prompt_logprobs=prompt_lps,
+                    timings=timings,
                 )
             )
         if k != len(sampled.token_ids):

@@ -38,6 +38,9 @@ class RequestOutput:
     """time.monotonic() when the first output token reached AsyncLLM."""
     prompt_logprobs: list[TokenLogprobs] | None = None
     """Prompt tokens 1.. scored (params.prompt_logprobs set); on the first delta only."""
+    engine_timings: list[float] | None = None
+    """On the delta with the first token: the engine's (queued, first scheduled, first token read
+    back) times, time.monotonic() in its process (EngineOutput.timings)."""
 
 
 class Detokenizer(Protocol):
@@ -102,6 +105,7 @@ class RequestState:
             arrival_time=self.arrival_time,
             first_token_time=self.first_token_time,
             prompt_logprobs=list(out.prompt_logprobs) if out.prompt_logprobs is not None else None,
+            engine_timings=list(out.timings) if out.timings is not None else None,
         )
         return ro, matched is not None and not engine_done
 

@@ -97,6 +97,50 @@ def test_decodes_first_and_last_chunk_samples():
     assert b.num_computed == 19 and len(b.token_ids) == 11 and b.sample
 
 
+def test_first_token_carries_its_engine_timings():
+    """The output with a request's first token carries (queued, first scheduled, token read back), in
+    that order, the schedule stamped at its first chunk; no other output carries timings. A preempted
+    request keeps its first schedule time."""
+    h = Harness(budget=16)
+    a, b = req("a", 40, max_tokens=3), req("b", 4, max_tokens=3)
+    a.queued_time = b.queued_time = time.monotonic()
+    h.add(a, b)
+    outs: list[EngineOutput] = []
+    first_chunk = h.sched.schedule()  # a's first 16 tokens only: no token yet
+    assert [q.request_id for q in first_chunk.seqs] == ["a"] and a.scheduled_time >= a.queued_time
+    scheduled_a = a.scheduled_time
+    outs += h.sched.update(first_chunk, h.runner.execute_model(first_chunk.seqs))
+    assert outs == []
+    while h.sched.has_work():
+        s = h.sched.schedule()
+        outs += h.sched.update(s, h.runner.execute_model(s.seqs))
+    assert a.scheduled_time == scheduled_a and b.scheduled_time >= scheduled_a
+    for r in (a, b):
+        mine = [o for o in outs if o.request_id == r.request_id]
+        assert len(mine) == 3 and all(o.timings is None for o in mine[1:])
+        queued, scheduled, token = mine[0].timings
+        assert (queued, scheduled) == (r.queued_time, r.scheduled_time) and queued <= scheduled <= token
+
+
+def test_a_preempted_request_keeps_its_first_schedule_time():
+    h = Harness(blocks=20, slots=8, block_size=4)  # 80 tokens for ~5 x 45: preemptions
+    h.add(*[req(f"p{i}", 10 + 3 * i, max_tokens=24) for i in range(5)])
+    first: dict[str, float] = {}
+    timings: dict[str, list[float]] = {}
+    preempted = 0
+    while h.sched.has_work():
+        s = h.sched.schedule()
+        preempted += s.num_preemptions
+        for r in s.requests:
+            first.setdefault(r.request_id, r.scheduled_time)
+        for o in h.sched.update(s, h.runner.execute_model(s.seqs)):
+            if o.timings is not None:
+                assert o.request_id not in timings
+                timings[o.request_id] = o.timings
+    assert preempted > 0 and set(timings) == set(first)
+    assert all(timings[rid][1] == first[rid] for rid in first)
+
+
 def test_wave_of_32_admitted_in_one_step():
     h = Harness(blocks=512, slots=32, budget=2048, max_num_seqs=32)
     h.add(*[req(f"w{i}", 20) for i in range(32)])

@@ -192,8 +192,40 @@ async def test_metrics(client: httpx.AsyncClient) -> None:
         "deltaserve_step_admitted_requests_bucket",
         "deltaserve_max_wave_admitted",
         "deltaserve_generation_tokens_per_second",
+        "deltaserve_first_token_stage_seconds_bucket",
     ):
         assert name in names, name
+
+
+async def test_first_token_stages_add_up_to_ttft(client: httpx.AsyncClient) -> None:
+    """Every stage is observed once per first token, none is negative, prefill is not empty, and
+    together they make up the TTFT observed with them."""
+    from server.metrics import FIRST_TOKEN_STAGES
+
+    def scrape(text: str) -> tuple[dict[str, float], dict[str, float], float, float]:
+        sums, counts, ttft, n = {}, {}, 0.0, 0.0
+        for fam in text_string_to_metric_families(text):
+            for smp in fam.samples:
+                if smp.name == "deltaserve_first_token_stage_seconds_sum":
+                    sums[smp.labels["stage"]] = smp.value
+                elif smp.name == "deltaserve_first_token_stage_seconds_count":
+                    counts[smp.labels["stage"]] = smp.value
+                elif smp.name == "deltaserve_time_to_first_token_seconds_sum":
+                    ttft = smp.value
+                elif smp.name == "deltaserve_time_to_first_token_seconds_count":
+                    n = smp.value
+        return sums, counts, ttft, n
+
+    s0, c0, t0, n0 = scrape((await client.get("/metrics")).text)
+    for stream in (False, True):
+        req = {"prompt": PROMPT, "max_tokens": 3, "n": 2, "stream": stream}
+        assert (await client.post("/v1/completions", json=req)).status_code == 200
+    s1, c1, t1, n1 = scrape((await client.get("/metrics")).text)
+    assert n1 - n0 == 4 and set(c1) == set(FIRST_TOKEN_STAGES)
+    delta = {k: s1[k] - s0.get(k, 0.0) for k in FIRST_TOKEN_STAGES}
+    assert all(c1[k] - c0.get(k, 0.0) == 4 for k in FIRST_TOKEN_STAGES)
+    assert all(v >= 0 for v in delta.values()) and delta["prefill"] > 0
+    assert sum(delta.values()) == pytest.approx(t1 - t0, abs=1e-6)
 
 
 async def test_openapi_has_request_schemas(client: httpx.AsyncClient) -> None:
