@@ -160,6 +160,42 @@ def compute_metrics(
     return result
 
 
+STAGE_FAMILY = "deltaserve_first_token_stage_seconds"
+TTFT_FAMILY = "deltaserve_time_to_first_token_seconds"
+
+
+def first_token_sums(text: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of the server's TTFT histogram (key ``"ttft"``) and of each stage of its
+    first-token stage histogram, from /metrics text; empty for a server without them (vLLM)."""
+    sums: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            for fam, key in ((STAGE_FAMILY, sample.labels.get("stage")), (TTFT_FAMILY, "ttft")):
+                if key is None or not sample.name.startswith(fam + "_"):
+                    continue
+                slot = sums.setdefault(key, [0.0, 0.0])
+                if sample.name == fam + "_sum":
+                    slot[0] += sample.value
+                elif sample.name == fam + "_count":
+                    slot[1] += sample.value
+    return {k: (v[0], v[1]) for k, v in sums.items()}
+
+
+def first_token_stages_ms(before: str | None, after: str | None) -> dict[str, float] | None:
+    """Mean server-side TTFT and mean of each first-token stage, in ms, over the requests that got
+    their first token between two /metrics scrapes; None when either scrape or the histograms are
+    missing or no first token came in between."""
+    if before is None or after is None:
+        return None
+    a, b = first_token_sums(before), first_token_sums(after)
+    out: dict[str, float] = {}
+    for key, (s1, n1) in b.items():
+        s0, n0 = a.get(key, (0.0, 0.0))
+        if n1 > n0:
+            out[key] = 1000.0 * (s1 - s0) / (n1 - n0)
+    return out if "ttft" in out and len(out) > 1 else None
+
+
 def parse_prometheus(text: str) -> tuple[int | None, str | None]:
     """(deltaserve_peak_device_memory_bytes, deltaserve_device_info name) from /metrics text, through
     prometheus_client's own parser. The peak gauge may carry labels (one per device): the largest

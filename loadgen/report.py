@@ -45,6 +45,12 @@ def format_run_table(r: dict) -> str:
             key = f"{stat}_{m}_ms"
             if key in r:
                 lines.append(f"{f'{stat.capitalize()} {NAMES[m]} (ms):':<40} {r[key]:<15.2f}")
+    stages = r.get("server_first_token_stages_ms")
+    if stages:
+        lines.append("{:-^56}".format(" Server TTFT by stage (mean) "))
+        for key, ms in stages.items():
+            label = "Server TTFT (ms):" if key == "ttft" else f"  {key} (ms):"
+            lines.append(f"{label:<40} {ms:<15.2f}")
     errors = [e for e in r.get("errors", []) if e]
     if errors:
         lines.append("{:-^56}".format(" Errors (first 10) "))

@@ -15,7 +15,13 @@ from pathlib import Path
 import httpx
 
 from . import __version__
-from .metrics import DEFAULT_PERCENTILES, RequestTrace, compute_metrics, parse_prometheus
+from .metrics import (
+    DEFAULT_PERCENTILES,
+    RequestTrace,
+    compute_metrics,
+    first_token_stages_ms,
+    parse_prometheus,
+)
 from .progress import ProgressBar
 
 
@@ -201,14 +207,13 @@ async def fetch_model(client: httpx.AsyncClient, cfg: RunConfig) -> str:
     return data[0]["id"]
 
 
-async def fetch_server_info(client: httpx.AsyncClient, cfg: RunConfig) -> tuple[int | None, str | None]:
+async def fetch_metrics_text(client: httpx.AsyncClient, cfg: RunConfig) -> str | None:
+    """The server's /metrics text, or None (no such route, an error, unreachable)."""
     try:
         r = await client.get(cfg.base_url.rstrip("/") + "/metrics", headers=_headers(cfg))
-        if r.status_code != 200:
-            return None, None
-        return parse_prometheus(r.text)
+        return r.text if r.status_code == 200 else None
     except httpx.HTTPError:
-        return None, None
+        return None
 
 
 async def _replay(client, cfg: RunConfig, model: str, records: list[dict], label: str) -> list[RequestTrace]:
@@ -252,8 +257,10 @@ async def run_benchmark(cfg: RunConfig, records: list[dict]) -> dict:
             warm = [records[i % len(records)] for i in range(cfg.num_warmups)]
             wcfg = replace(cfg, request_rate=float("inf"))
             await _replay(client, wcfg, model, warm, label="warmup")
+        before = await fetch_metrics_text(client, cfg)
         traces = await _replay(client, cfg, model, records, label="bench")
-        peak_mem, gpu = await fetch_server_info(client, cfg)
+        after = await fetch_metrics_text(client, cfg)
+    peak_mem, gpu = parse_prometheus(after) if after is not None else (None, None)
     result = compute_metrics(traces, cfg.percentiles)
     result.update(
         {
@@ -267,6 +274,8 @@ async def run_benchmark(cfg: RunConfig, records: list[dict]) -> dict:
             "max_concurrency": cfg.concurrency,
             "num_warmups": cfg.num_warmups,
             "server_peak_memory_bytes": peak_mem,
+            # the server's own TTFT and its stages (deltaserve /metrics), mean ms over this run
+            "server_first_token_stages_ms": first_token_stages_ms(before, after),
             "gpu_name": gpu,
             "git_commit": git_commit(),
             "loadgen_version": __version__,

@@ -150,6 +150,12 @@ def test_loadgen_against_real_server(server: str, tmp_path: Path) -> None:
     assert r["input_lens"] == [64] * 16 and r["usage_input_lens"] == r["input_lens"]
     assert r["total_input_tokens"] == 1024
     assert r["duration"] > 0 and r["mean_ttft_ms"] > 0 and r["mean_tpot_ms"] > 0
+    # the server's own TTFT by stage over exactly these 16 requests (warm-ups excluded): the stages
+    # add up to the server's mean TTFT, which the client's includes
+    stages = r["server_first_token_stages_ms"]
+    assert set(stages) == {"ttft", "submit", "to_engine", "queue", "prefill", "from_engine", "to_route"}
+    assert sum(v for k, v in stages.items() if k != "ttft") == pytest.approx(stages["ttft"], rel=1e-6)
+    assert 0 < stages["ttft"] <= r["mean_ttft_ms"] and stages["prefill"] > 0
 
 
 def test_ab_on_two_real_tiny_servers(tmp_path: Path) -> None:

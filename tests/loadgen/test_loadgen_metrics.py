@@ -7,7 +7,14 @@ import random
 import pytest
 
 from loadgen.ab import ratio_stats, run_order
-from loadgen.metrics import RequestTrace, compute_metrics, parse_prometheus, percentile, summarize
+from loadgen.metrics import (
+    RequestTrace,
+    compute_metrics,
+    first_token_stages_ms,
+    parse_prometheus,
+    percentile,
+    summarize,
+)
 from loadgen.report import format_run_table, markdown_summary, throughput_series
 from loadgen.runner import arrival_offsets
 
@@ -99,6 +106,37 @@ def test_parse_prometheus() -> None:
     )
     assert parse_prometheus(text) == (15_000_000_000, 'NVIDIA H200 "SXM"')
     assert parse_prometheus("other_metric 1\n") == (None, None)
+
+
+def _ttft_scrape(ttft: tuple[float, int], stages: dict[str, tuple[float, int]]) -> str:
+    m = 'model_name="m"'
+    lines = [
+        "# TYPE deltaserve_time_to_first_token_seconds histogram",
+        f'deltaserve_time_to_first_token_seconds_bucket{{{m},le="+Inf"}} {ttft[1]}',
+        f"deltaserve_time_to_first_token_seconds_count{{{m}}} {ttft[1]}",
+        f"deltaserve_time_to_first_token_seconds_sum{{{m}}} {ttft[0]}",
+        "# TYPE deltaserve_first_token_stage_seconds histogram",
+    ]
+    for stage, (total, n) in stages.items():
+        lab = f'{m},stage="{stage}"'
+        lines += [
+            f'deltaserve_first_token_stage_seconds_bucket{{{lab},le="+Inf"}} {n}',
+            f"deltaserve_first_token_stage_seconds_count{{{lab}}} {n}",
+            f"deltaserve_first_token_stage_seconds_sum{{{lab}}} {total}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def test_first_token_stages_between_two_scrapes() -> None:
+    before = _ttft_scrape((1.0, 2), {"queue": (0.25, 2), "prefill": (0.75, 2)})
+    after = _ttft_scrape((1.5, 6), {"queue": (0.29, 6), "prefill": (1.21, 6)})
+    got = first_token_stages_ms(before, after)
+    assert got is not None and set(got) == {"ttft", "queue", "prefill"}
+    assert got["ttft"] == pytest.approx(125.0) and got["queue"] == pytest.approx(10.0)
+    assert got["prefill"] == pytest.approx(115.0)
+    assert first_token_stages_ms(before, before) is None  # no first token in between
+    assert first_token_stages_ms(None, after) is None
+    assert first_token_stages_ms("other_metric 1\n", "other_metric 2\n") is None  # vLLM: no such histograms
 
 
 def test_arrival_offsets_seeded_and_scaled() -> None:
