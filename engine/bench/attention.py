@@ -104,6 +104,7 @@ def sets(specs, nbytes: int, seed: int) -> list[Batch]:
 DECODE_SHAPES = ((16, 1, 4), (32, 1, 2), (32, 1, 3))  # (BN, NW, stages) beside the default
 SPLIT_SWEEP = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 PREFILL_SHAPES = ((32, 8, 2), (16, 4, 3))
+PREFILL_SPLITS = (1, 2, 3, 4)  # forced KV splits (the automatic choice is timed first)
 
 
 def short(plan: attn.Plan) -> str:
@@ -142,6 +143,8 @@ def bench_prefill(mm_rate: float, sweep: bool) -> None:
     shapes = {
         "prefill 32 x 1024": [(0, 1024)] * 32,
         "mixed 2x1024 + 32 dec": [(CTX, 1)] * 32 + [(0, 1024)] * 2,
+        "prefill 2 x 1024": [(0, 1024)] * 2,  # the step shapes of engine.bench.steps
+        "prefill 1 x 1024": [(0, 1024)],
     }
     for label, specs in shapes.items():
         batch = make_batch(specs, BS, HKV, H // HKV, D, seed=7)
@@ -158,8 +161,11 @@ def bench_prefill(mm_rate: float, sweep: bool) -> None:
         row("prefill", label, "cuda, no gate", us_ng, note(us_ng))
         us_ref = B.time_eager(lambda b=batch: ref.paged_attention(*b.args(), gate=b.gate), reps=2)
         row("prefill", label, "reference op (eager)", us_ref, note(us_ref))
-        if label.startswith("prefill"):
+        if label.startswith("prefill 32"):
             sdpa_peer(batch, fl, mm_rate)
+        for sp in PREFILL_SPLITS if sweep else ():
+            t = graph_us([call(batch, splits=sp)] * 4)
+            print(f"    sweep {label} {short(plan_of(batch, sp))}: {t:.1f} us  {note(t)}", flush=True)
         for sh in PREFILL_SHAPES if sweep else ():
             if check(f"{label} {sh}", batch, shape=sh):
                 t = graph_us([call(batch, shape=sh)] * 4)
