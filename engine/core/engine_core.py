@@ -285,23 +285,24 @@ def run_engine_core(
         raise SystemExit(1) from e
 
     inbox: queue.Queue[EngineInput] = queue.Queue()
+    outbox: queue.Queue[EngineOutputs | UtilityResponse | None] = queue.Queue()
     stop = threading.Event()
-    reader = threading.Thread(target=_input_thread, args=(ctx, input_addr, inbox, stop), daemon=True)
-    reader.start()
-
-    def orphaned() -> bool:
-        return os.getppid() != parent
-
-    sender = OutputSender(ctx, output_addr, orphaned)
+    threads = [
+        threading.Thread(target=_input_thread, args=(ctx, input_addr, inbox, stop), daemon=True),
+        threading.Thread(target=_output_thread, args=(ctx, output_addr, outbox), daemon=True),
+    ]
+    for t in threads:
+        t.start()
     info = core.ready_info()
     ready.send(encode(info))
     ready.close()
     logger.info("engine ready: %s", info)
 
-    rc = run_busy_loop(core, inbox, sender, orphaned)
+    rc = run_busy_loop(core, inbox, outbox.put, lambda: os.getppid() != parent)
     stop.set()
-    reader.join(timeout=5)
-    sender.close()  # lingers up to 2 s so the last words (error outputs) reach the client
+    outbox.put(None)
+    for t in threads:
+        t.join(timeout=5)
     ctx.term()
     if rc:
         raise SystemExit(rc)
@@ -327,37 +328,12 @@ def _input_thread(ctx: zmq.Context, addr: str, inbox: queue.Queue, stop: threadi
         sock.close()
 
 
-class OutputSender:
-    """Sends the engine's messages from the busy loop's own thread as soon as a step returns them.
-
-    A send only hands the frame to ZeroMQ's I/O thread, microseconds of the loop's time. A separate
-    sender thread (what this replaced) first had to win the GIL from the loop, which by then was
-    launching the step after next: a first token reached the API process 0.84 ms after the engine
-    read it back in W2 and 1.4 ms in W1 (docs/bench-evidence/2026-12-02-s25.md). A send blocks only
-    when the API process stopped draining (ZeroMQ's high-water mark); it is retried every second
-    until ``orphaned()`` says that process is gone; then it and every later message are dropped."""
-
-    def __init__(self, ctx: zmq.Context, addr: str, orphaned: Callable[[], bool]) -> None:
-        self.sock = ctx.socket(zmq.PUSH)
-        self.sock.setsockopt(zmq.LINGER, 2000)  # close() lets the last words (error outputs) out
-        self.sock.setsockopt(zmq.SNDTIMEO, 1000)
-        self.sock.connect(addr)
-        self.orphaned = orphaned
-        self.dead = False
-
-    def __call__(self, msg: EngineOutputs | UtilityResponse) -> None:
-        if self.dead:
-            return
-        frame = encode(msg)
-        while True:
-            try:
-                self.sock.send(frame, copy=False)
-                return
-            except zmq.Again:
-                if self.orphaned():
-                    self.dead = True
-                    logger.warning("the API process is gone: dropping the engine's messages")
-                    return
-
-    def close(self) -> None:
-        self.sock.close()
+def _output_thread(ctx: zmq.Context, addr: str, outbox: queue.Queue) -> None:
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 2000)  # let the last words (error outputs) reach the client
+    sock.connect(addr)
+    try:
+        while (msg := outbox.get()) is not None:
+            sock.send(encode(msg), copy=False)
+    finally:
+        sock.close()
