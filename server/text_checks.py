@@ -22,8 +22,15 @@ def _has_surrogate(s: str) -> bool:
     return not s.isascii() and _SURROGATE.search(s) is not None
 
 
+_CONTAINERS = (dict, list, tuple)
+_TEXT_OR_CONTAINERS = (str, dict, list, tuple)
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
 def find_surrogate(value: Any, path: str = "", depth: int = 0) -> str | None:
-    """The dotted path of the first string (or key) holding a lone surrogate, or None."""
+    """The dotted path of the first string (or key) holding a lone surrogate, or None. Paths are built
+    only for strings and containers, and a list of numbers is passed in one C-speed type scan: checking
+    a 1,024-token prompt's ids took ~0.7 ms when every id got its own path (2026-12-02-s25.md)."""
     if isinstance(value, str):
         return path or "body" if _has_surrogate(value) else None
     if depth > MAX_DEPTH:
@@ -32,14 +39,21 @@ def find_surrogate(value: Any, path: str = "", depth: int = 0) -> str | None:
         for key, item in value.items():
             if isinstance(key, str) and _has_surrogate(key):
                 return path or "body"
-            found = find_surrogate(item, f"{path}.{key}" if path else str(key), depth + 1)
-            if found is not None:
-                return found
+            if isinstance(item, _TEXT_OR_CONTAINERS):
+                found = find_surrogate(item, f"{path}.{key}" if path else str(key), depth + 1)
+                if found is not None:
+                    return found
     elif isinstance(value, list | tuple):
+        if _SCALARS.issuperset(map(type, value)):  # token ids: one C-speed pass
+            return None
         for i, item in enumerate(value):
-            found = find_surrogate(item, f"{path}[{i}]", depth + 1)
-            if found is not None:
-                return found
+            if isinstance(item, str):
+                if _has_surrogate(item):
+                    return f"{path}[{i}]"
+            elif isinstance(item, _CONTAINERS):
+                found = find_surrogate(item, f"{path}[{i}]", depth + 1)
+                if found is not None:
+                    return found
     return None
 
 
