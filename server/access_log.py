@@ -16,6 +16,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger("deltaserve.access")
 _KEY = "access"
+_ARRIVAL = "arrival"
+
+
+def arrival(scope: Scope) -> float | None:
+    """time.monotonic() when this request reached the app (the outermost middleware), or None."""
+    state = scope.get("state")
+    value = state.get(_ARRIVAL) if isinstance(state, dict) else None
+    return value if isinstance(value, float) else None
 
 
 def record(scope: Scope, **fields: Any) -> None:
@@ -33,10 +41,12 @@ class AccessLogMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        fields: dict[str, Any] = {"request_id": f"req-{uuid.uuid4().hex[:16]}"}
-        scope.setdefault("state", {})[_KEY] = fields
-        status = 0
         t0 = time.monotonic()
+        fields: dict[str, Any] = {"request_id": f"req-{uuid.uuid4().hex[:16]}"}
+        state = scope.setdefault("state", {})
+        state[_KEY] = fields
+        state[_ARRIVAL] = t0  # where a route's TTFT starts (server.metrics.RequestTimer)
+        status = 0
 
         async def tracking_send(message: Message) -> None:
             nonlocal status

@@ -40,7 +40,8 @@ _STAGE_BUCKETS = (1e-4, 3e-4, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16,
 # Where a first token's time goes, in order (deltaserve_first_token_stage_seconds); the stages add
 # up to deltaserve_time_to_first_token_seconds.
 FIRST_TOKEN_STAGES = (
-    "submit",  # the route's start -> the request registered in AsyncLLM
+    "parse",  # the request's arrival at the app -> the route's start (body, validation, tokenization)
+    "submit",  # -> the request registered in AsyncLLM
     "to_engine",  # -> its wave decoded by the engine's input thread (event-loop turn, msgpack, ZMQ)
     "queue",  # -> first scheduled (waiting for the engine loop, KV, slots, the batch budget)
     "prefill",  # -> the first token read back on the engine (every prefill chunk, the sampler)
@@ -229,11 +230,14 @@ class Metrics:
 class RequestTimer:
     """Per-request latency bookkeeping for one choice stream (TTFT once, ITL between outputs)."""
 
-    __slots__ = ("metrics", "start", "last", "first_seen")
+    __slots__ = ("metrics", "start", "route_start", "last", "first_seen")
 
-    def __init__(self, metrics: Metrics, start: float) -> None:
+    def __init__(self, metrics: Metrics, start: float, route_start: float | None = None) -> None:
+        """``start``: the request's arrival at the app, where TTFT and E2E count from; ``route_start``:
+        where the route began its work (after the body was parsed and the prompts tokenized)."""
         self.metrics = metrics
         self.start = start
+        self.route_start = start if route_start is None else route_start
         self.last = start
         self.first_seen = False
 
@@ -248,7 +252,7 @@ class RequestTimer:
             timings = getattr(out, "engine_timings", None)
             if timings is not None and len(timings) == 3 and out.first_token_time is not None:
                 self.metrics.observe_stages(
-                    (self.start, out.arrival_time, *timings, out.first_token_time, now)
+                    (self.start, self.route_start, out.arrival_time, *timings, out.first_token_time, now)
                 )
         else:
             self.metrics.observe_itl(now - self.last)

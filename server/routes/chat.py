@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from engine.sampling_params import TokenLogprobs
+from server.access_log import arrival
 from server.chat_output import ChatOutput
 from server.errors import APIError
 from server.logprobs_format import vllm_prompt_logprobs
@@ -106,8 +107,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         extra={"request_id": request_id, "prompt_tokens": len(prompt_ids), "n": body.n, "user": body.user},
     )
     start = time.monotonic()
+    arrived = arrival(request.scope) or start  # TTFT and E2E count from the request's arrival
     choices = [
-        ChoiceState(index=j, prompt_ids=prompt_ids, timer=RequestTimer(st.metrics, start))
+        ChoiceState(index=j, prompt_ids=prompt_ids, timer=RequestTimer(st.metrics, arrived, start))
         for j in range(body.n)
     ]
     tok = st.llm.tokenizer

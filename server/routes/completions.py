@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from engine.sampling_params import TokenLogprobs
+from server.access_log import arrival
 from server.generation_defaults import default
 from server.logprobs_format import vllm_prompt_logprobs
 from server.metrics import RequestTimer
@@ -103,8 +104,9 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         },
     )
     start = time.monotonic()
+    arrived = arrival(request.scope) or start  # TTFT and E2E count from the request's arrival
     choices = [
-        ChoiceState(index=i * body.n + j, prompt_ids=ids, timer=RequestTimer(st.metrics, start))
+        ChoiceState(index=i * body.n + j, prompt_ids=ids, timer=RequestTimer(st.metrics, arrived, start))
         for i, ids in enumerate(prompts)
         for j in range(body.n)
     ]
