@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import queue
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 
 import msgspec
 import pytest
@@ -84,7 +86,9 @@ def test_malformed_input_is_refused(frame):
         decode_input(frame)
 
 
-def test_input_thread_drops_malformed_frames(caplog):
+@contextlib.contextmanager
+def input_thread() -> Iterator[tuple[zmq.Socket, queue.Queue]]:
+    """The engine's input thread on a real ipc socket: (the sending socket, its inbox)."""
     ctx = zmq.Context()
     with tempfile.TemporaryDirectory() as d:
         addr = f"ipc://{d}/in"
@@ -94,34 +98,29 @@ def test_input_thread_drops_malformed_frames(caplog):
         stop = threading.Event()
         t = threading.Thread(target=core._input_thread, args=(ctx, addr, inbox, stop), daemon=True)
         t.start()
+        try:
+            yield push, inbox
+        finally:
+            stop.set()
+            t.join(5)
+            push.close(0)
+    ctx.term()
+
+
+def test_input_thread_drops_malformed_frames(caplog):
+    with input_thread() as (push, inbox):
         push.send(pickle.dumps({"evil": True}))
         push.send(b"\xc1")
         push.send(encode(AbortRequests(["x"])))
         assert inbox.get(timeout=5) == AbortRequests(["x"])
         time.sleep(0.05)
         assert inbox.empty()
-        stop.set()
-        t.join(5)
-        push.close(0)
-    ctx.term()
     assert sum("malformed" in r.getMessage() for r in caplog.records) == 2
 
 
 def test_input_thread_stamps_waves_on_receipt():
-    ctx = zmq.Context()
-    with tempfile.TemporaryDirectory() as d:
-        addr = f"ipc://{d}/in"
-        push = ctx.socket(zmq.PUSH)
-        push.bind(addr)
-        inbox: queue.Queue = queue.Queue()
-        stop = threading.Event()
-        t = threading.Thread(target=core._input_thread, args=(ctx, addr, inbox, stop), daemon=True)
-        t.start()
+    with input_thread() as (push, inbox):
         before = time.monotonic()
         push.send(encode(AddRequests([EngineRequest("a", [1, 2], SamplingParams(max_tokens=2))])))
         wave = inbox.get(timeout=5)
         assert isinstance(wave, AddRequests) and before <= wave.received_time <= time.monotonic()
-        stop.set()
-        t.join(5)
-        push.close(0)
-    ctx.term()
