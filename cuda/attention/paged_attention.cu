@@ -34,49 +34,7 @@
 // seq_lens [B], num_computed [B] int32, gate [T, H, D] bf16 (strides given) or null, out [T, H, D]
 // bf16 contiguous; workspace o_part [splits, T, H, D] fp32, lse_part [splits, T, H] fp32.
 
-// Per-arch tile rows, parsed by engine/ops/attention/cuda.py (the wrapper instantiates exactly these).
-// Prefill (4 warps, BM 64, two K/V stages): (SM, BN for D <= 128, BN for D = 256). BN = 32 at D = 256
-// keeps the CTA (Q 32 KB + two K/V stages 64 KB) under sm_120's 99 KB; D <= 128 takes 64-key tiles
-// (80 KB at D = 128). H200, 32 x 1,024 at D = 256: this row 1.46 ms; 8 warps x 32 keys 1.58 ms, 4 warps
-// x 3 stages x 16 keys 1.75 ms. sm_80 / sm_120 rows are the sm_90 values, not measured there.
-#define PA_TILES(X) \
-  X(80, 64, 32)     \
-  X(90, 64, 32)     \
-  X(120, 64, 32)
-
-template <int SM>
-struct PaTiles;
-#define PA_ROW(SM, BN_SMALL, BN_256)             \
-  template <>                                    \
-  struct PaTiles<SM> {                           \
-    static constexpr int bn_small = BN_SMALL;    \
-    static constexpr int bn_256 = BN_256;        \
-  };
-PA_TILES(PA_ROW)
-#undef PA_ROW
-
-// Decode (1 warp, BM 16): (SM, K/V stages, KiB of K + V per stage); BN = KIB * 1024 / (4 D), so 16
-// keys at D = 256. Two tiles stay in flight while one is computed; 56 KB per CTA at D = 256 gives four
-// CTAs per H200 SM, and the wrapper sizes splits to one full wave of them. H200 sweep (b32 / b64 x
-// 1,101, docs/kernels.md): 3 stages 45.4 / 78.1 us, 4 stages (three CTAs per SM) 46.1 / 85.0 us,
-// 32-key tiles x 2 stages 48.1 / 90.0 us.
-// sm_120 has 100 KB per SM, so it takes two stages (40 KB, two CTAs per SM) rather than one 56 KB CTA;
-// the sm_80 / sm_120 rows are not measured.
-#define PA_DECODE(X) \
-  X(80, 3, 16)       \
-  X(90, 3, 16)       \
-  X(120, 2, 16)
-
-template <int SM>
-struct PaDecode;
-#define PA_DROW(SM, STAGES, KIB)                  \
-  template <>                                     \
-  struct PaDecode<SM> {                           \
-    static constexpr int stages = STAGES;         \
-    static constexpr int kib = KIB;               \
-  };
-PA_DECODE(PA_DROW)
-#undef PA_DROW
+#include "pa_tiles.cuh"
 
 #define PA_MAX_SPLITS 64  // mirrored by MAX_SPLITS in engine/ops/attention/cuda.py
 
@@ -101,8 +59,8 @@ __global__ void __launch_bounds__(NW * 32)
   static_assert(BN % 16 == 0 && NT % CPR == 0 && STAGES >= 2, "tile shape");
   extern __shared__ __align__(128) unsigned char pa_smem[];
   const unsigned s_q = smem_u32(pa_smem);
-  const unsigned s_k = s_q + Q_BYTES;             // STAGES tiles of K
-  const unsigned s_v = s_k + STAGES * KV_BYTES;   // STAGES tiles of V
+  const unsigned s_k = s_q + Q_BYTES;            // STAGES tiles of K
+  const unsigned s_v = s_k + STAGES * KV_BYTES;  // STAGES tiles of V
 
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
   const int b = blockIdx.x / num_kv_heads, hk = blockIdx.x % num_kv_heads;
@@ -177,10 +135,109 @@ __global__ void __launch_bounds__(NW * 32)
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
   float m0 = neg_inf(), m1 = neg_inf(), l0 = 0.f, l1 = 0.f;
+  float s[BN / 8][4];  // this tile's scores, then its probabilities (P)
 
-  // STAGES-deep ring: tiles i+1 .. i+STAGES-1 are in flight while tile i is computed. One group is
-  // committed per tile slot (empty past the end) so wait_group counts stay uniform; Q rides in the first.
+  // S = Q K^T of the K tile at sk (keys kv0 ..), masked, then the online-softmax update: s becomes P,
+  // m / l move, O is rescaled.
+  auto scores = [&](unsigned sk, int kv0) {
+    // With only BN / 8 = 2 n tiles (BN 16) the D / 16 mma of each accumulator form one dependent
+    // chain; CH = 2 interleaves two partial sums (even / odd kk) and halves that latency.
+    constexpr int CH = BN <= 16 ? 2 : 1;
+    float s2[CH == 2 ? BN / 8 : 1][4];
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+    for (int j = 0; j < (CH == 2 ? BN / 8 : 1); ++j) s2[j][0] = s2[j][1] = s2[j][2] = s2[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      unsigned a[4];
+      ldsm_x4(s_q + q_off[kk & 3] + (kk >> 2) * 128, a);
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        unsigned bk[4];
+        ldsm_x4(sk + k_off[kk & 3] + np * 16 * ROW + (kk >> 2) * 128, bk);
+        float(*acc)[4] = (CH == 2 && (kk & 1)) ? s2 : s;
+        mma_bf16(acc[2 * np], a, bk[0], bk[1]);
+        mma_bf16(acc[2 * np + 1], a, bk[2], bk[3]);
+      }
+    }
+    if constexpr (CH == 2) {
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[j][e] += s2[j][e];
+    }
+    if (kv0 + BN > warp_lo) {  // the tile crosses some row's causal / length limit
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        const int key = kv0 + nt * 8 + 2 * (lane & 3);
+        if (key >= lim0) s[nt][0] = neg_inf();
+        if (key + 1 >= lim0) s[nt][1] = neg_inf();
+        if (key >= lim1) s[nt][2] = neg_inf();
+        if (key + 1 >= lim1) s[nt][3] = neg_inf();
+      }
+    }
+    float mx0 = neg_inf(), mx1 = neg_inf();
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0 * scale_log2), mn1 = fmaxf(m1, mx1 * scale_log2);
+    // a row with nothing visible yet keeps m = -inf; subtracting 0 then gives p = 0, not NaN
+    const float mu0 = mn0 == neg_inf() ? 0.f : mn0, mu1 = mn1 == neg_inf() ? 0.f : mn1;
+    const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+    m0 = mn0;
+    m1 = mn1;
+    float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      s[nt][0] = exp2f(fmaf(s[nt][0], scale_log2, -mu0));
+      s[nt][1] = exp2f(fmaf(s[nt][1], scale_log2, -mu0));
+      s[nt][2] = exp2f(fmaf(s[nt][2], scale_log2, -mu1));
+      s[nt][3] = exp2f(fmaf(s[nt][3], scale_log2, -mu1));
+      rs0 += s[nt][0] + s[nt][1];
+      rs1 += s[nt][2] + s[nt][3];
+    }
+    l0 = l0 * al0 + rs0;  // per-thread partial sums; the quad is reduced once, at the end
+    l1 = l1 * al1 + rs1;
+    // D / 2 multiplies per thread, as many as the tile's mma at BN = 32: skipped when no row's
+    // max moved (alpha is then exactly 1), which most tiles past the first few see
+    if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        o[j][0] *= al0;
+        o[j][1] *= al0;
+        o[j][2] *= al1;
+        o[j][3] *= al1;
+      }
+    }
+  };
+  // O += P V with the V tile at sv
+  auto accumulate = [&](unsigned sv) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const unsigned a[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
+                             pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        unsigned bv[4];
+        ldsm_x4_t(sv + v_off[dp & 3] + kk * 16 * ROW + (dp >> 2) * 128, bv);
+        mma_bf16(o[2 * dp], a, bv[0], bv[1]);
+        mma_bf16(o[2 * dp + 1], a, bv[2], bv[3]);
+      }
+    }
+  };
+
   const int n_my = kt1 - kt0;
+  // STAGES-deep ring: tiles i+1 .. i+STAGES-1 are in flight while tile i is computed. One group is
+  // committed per tile slot (empty past the end) so wait_group counts stay uniform; Q rides in the
+  // first.
 #pragma unroll
   for (int p = 0; p < STAGES - 1; ++p) {
     if (p < n_my) load_kv(kt0 + p, p);
@@ -189,103 +246,14 @@ __global__ void __launch_bounds__(NW * 32)
   prefetch_blocks(kt0 + STAGES - 1);
   for (int i = 0; i < n_my; ++i) {
     cp_async_wait<STAGES - 2>();  // this thread's copies of tile i (and Q) landed
-    __syncthreads();              // everyone's did, and every warp is done with tile i - 1
+    __syncthreads();  // everyone's did, and every warp is done with tile i - 1
     if (i + STAGES - 1 < n_my) load_kv(kt0 + i + STAGES - 1, (i + STAGES - 1) % STAGES);
     cp_async_commit();
     prefetch_blocks(kt0 + i + STAGES);  // read by the next iteration's copies
-    const int stage = i % STAGES, kt = kt0 + i;
-    const int kv0 = kt * BN;
+    const int stage = i % STAGES, kv0 = (kt0 + i) * BN;
     if (active && kv0 < warp_hi) {
-      const unsigned sk = s_k + stage * KV_BYTES, sv = s_v + stage * KV_BYTES;
-      // With only BN / 8 = 2 n tiles (BN 16) the D / 16 mma of each accumulator form one dependent
-      // chain; CH = 2 interleaves two partial sums (even / odd kk) and halves that latency.
-      constexpr int CH = BN <= 16 ? 2 : 1;
-      float s[BN / 8][4], s2[CH == 2 ? BN / 8 : 1][4];
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll
-      for (int j = 0; j < (CH == 2 ? BN / 8 : 1); ++j) s2[j][0] = s2[j][1] = s2[j][2] = s2[j][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        unsigned a[4];
-        ldsm_x4(s_q + q_off[kk & 3] + (kk >> 2) * 128, a);
-#pragma unroll
-        for (int np = 0; np < BN / 16; ++np) {
-          unsigned bk[4];
-          ldsm_x4(sk + k_off[kk & 3] + np * 16 * ROW + (kk >> 2) * 128, bk);
-          float(*acc)[4] = (CH == 2 && (kk & 1)) ? s2 : s;
-          mma_bf16(acc[2 * np], a, bk[0], bk[1]);
-          mma_bf16(acc[2 * np + 1], a, bk[2], bk[3]);
-        }
-      }
-      if constexpr (CH == 2) {
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[j][e] += s2[j][e];
-      }
-      if (kv0 + BN > warp_lo) {  // the tile crosses some row's causal / length limit
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) {
-          const int key = kv0 + nt * 8 + 2 * (lane & 3);
-          if (key >= lim0) s[nt][0] = neg_inf();
-          if (key + 1 >= lim0) s[nt][1] = neg_inf();
-          if (key >= lim1) s[nt][2] = neg_inf();
-          if (key + 1 >= lim1) s[nt][3] = neg_inf();
-        }
-      }
-      float mx0 = neg_inf(), mx1 = neg_inf();
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-        mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-      }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float mn0 = fmaxf(m0, mx0 * scale_log2), mn1 = fmaxf(m1, mx1 * scale_log2);
-      // a row with nothing visible yet keeps m = -inf; subtracting 0 then gives p = 0, not NaN
-      const float mu0 = mn0 == neg_inf() ? 0.f : mn0, mu1 = mn1 == neg_inf() ? 0.f : mn1;
-      const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
-      m0 = mn0;
-      m1 = mn1;
-      float rs0 = 0.f, rs1 = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-        s[nt][0] = exp2f(fmaf(s[nt][0], scale_log2, -mu0));
-        s[nt][1] = exp2f(fmaf(s[nt][1], scale_log2, -mu0));
-        s[nt][2] = exp2f(fmaf(s[nt][2], scale_log2, -mu1));
-        s[nt][3] = exp2f(fmaf(s[nt][3], scale_log2, -mu1));
-        rs0 += s[nt][0] + s[nt][1];
-        rs1 += s[nt][2] + s[nt][3];
-      }
-      l0 = l0 * al0 + rs0;  // per-thread partial sums; the quad is reduced once, at the end
-      l1 = l1 * al1 + rs1;
-      // D / 2 multiplies per thread, as many as the tile's mma at BN = 32: skipped when no row's
-      // max moved (alpha is then exactly 1), which most tiles past the first few see
-      if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-          o[j][0] *= al0;
-          o[j][1] *= al0;
-          o[j][2] *= al1;
-          o[j][3] *= al1;
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        const unsigned a[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                               pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                               pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          unsigned bv[4];
-          ldsm_x4_t(sv + v_off[dp & 3] + kk * 16 * ROW + (dp >> 2) * 128, bv);
-          mma_bf16(o[2 * dp], a, bv[0], bv[1]);
-          mma_bf16(o[2 * dp + 1], a, bv[2], bv[3]);
-        }
-      }
+      scores(s_k + stage * KV_BYTES, kv0);
+      accumulate(s_v + stage * KV_BYTES);
     }
   }
   cp_async_wait<0>();  // an empty split still committed its Q group
@@ -331,48 +299,7 @@ __global__ void __launch_bounds__(NW * 32)
   }
 }
 
-// Merge the num_splits partial results of every (token, head) row: weights 2^(lse_s - max lse) (a
-// split that saw nothing has lse = -inf and wrote O = 0, so it weighs exactly 0); then the main
-// kernel's epilogue. One CTA of D / 4 threads per row, 4 columns per thread; the split loop is
-// unrolled so several partial loads are in flight (it was latency bound at 35 splits).
-template <int D>
-__global__ void __launch_bounds__(D / 4)
-    paged_attn_combine_kernel(const float* __restrict__ o_part, const float* __restrict__ lse_part,
-                              const pa::bf16_t* __restrict__ gate, pa::bf16_t* __restrict__ out, int num_rows,
-                              int num_heads, int num_splits, int g_stride_t, int g_stride_h) {
-  DS_PDL_BEGIN();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
-  using namespace pa;
-  __shared__ float lse_s[PA_MAX_SPLITS];
-  const int row = blockIdx.x, col = threadIdx.x * 4;
-  for (int s = threadIdx.x; s < num_splits; s += D / 4) lse_s[s] = lse_part[(size_t)s * num_rows + row];
-  __syncthreads();
-  float mx = neg_inf();
-  for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, lse_s[s]);
-  float acc[4] = {0.f, 0.f, 0.f, 0.f}, wsum = 0.f;
-  const float* src = o_part + (size_t)row * D + col;
-#pragma unroll 8
-  for (int s = 0; s < num_splits; ++s) {
-    const float wt = exp2f(lse_s[s] - mx);
-    const float4 v = *reinterpret_cast<const float4*>(src + (size_t)s * num_rows * D);
-    wsum += wt;
-    acc[0] = fmaf(wt, v.x, acc[0]);
-    acc[1] = fmaf(wt, v.y, acc[1]);
-    acc[2] = fmaf(wt, v.z, acc[2]);
-    acc[3] = fmaf(wt, v.w, acc[3]);
-  }
-  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  uint2 r;
-  if (gate != nullptr) {
-    const int tok = row / num_heads, h = row - tok * num_heads;
-    const uint2 g = *reinterpret_cast<const uint2*>(gate + (size_t)tok * g_stride_t + (size_t)h * g_stride_h + col);
-    r.x = pack_bf16x2(gated(acc[0] * inv, lo_f(g.x)), gated(acc[1] * inv, hi_f(g.x)));
-    r.y = pack_bf16x2(gated(acc[2] * inv, lo_f(g.y)), gated(acc[3] * inv, hi_f(g.y)));
-  } else {
-    r.x = pack_bf16x2(acc[0] * inv, acc[1] * inv);
-    r.y = pack_bf16x2(acc[2] * inv, acc[3] * inv);
-  }
-  *reinterpret_cast<uint2*>(out + (size_t)row * D + col) = r;
-}
+#include "pa_combine.cuh"
 
 #ifdef DELTASERVE_NVCC_CHECK
 #define PA_ARGS                                                                                               \

@@ -7,8 +7,9 @@ bf16, optional output gate) for a mixed varlen batch of decodes and prefill chun
 Host-side choices, all from host ints so a call is capturable in a CUDA graph (no ``.item()``, no
 sync, every workspace from torch):
 - warps per CTA: 1 (16 packed rows) when ``max_query_len * G <= 16`` (decode), else 4 (64 rows);
-- KV tile BN and pipeline depth: prefill the ``PA_TILES`` row of the device's sm (64 keys at
-  D <= 128, 32 at D = 256; two stages), decode the ``PA_DECODE`` row (four stages of 16 KiB);
+- KV tile BN and pipeline depth, rows of ``cuda/attention/pa_tiles.cuh``: prefill the ``PA_TILES`` row
+  of the device's sm (64 keys at D <= 128, 32 at D = 256; two stages), decode the ``PA_DECODE`` row
+  (three stages of 16 KiB on sm_90);
 - KV splits: :func:`pick_splits`, a wave model over the grid's upper bound of work items and the
   longest sequence's tile count (``max_seq_len``), capped so the fp32 workspace stays <= 64 MiB.
 
@@ -30,6 +31,7 @@ import torch
 from engine.ops.compile import as_i32, f32, i32, kernel, launch, output, ptr, tuning_row
 
 SRC = "attention/paged_attention.cu"
+TILES = "attention/pa_tiles.cuh"  # the per-arch tile rows (PA_TILES, PA_DECODE)
 HEAD_DIMS = (64, 128, 256)
 BLOCK_SIZES = (16, 32, 64)
 MAX_SPLITS = 64  # PA_MAX_SPLITS in the .cu (the combine kernel's shared lse array)
@@ -72,7 +74,7 @@ def smem_bytes(head_dim: int, tile_n: int, warps: int, stages: int) -> int:
 
 def tile_n(head_dim: int, cc: int | None = None) -> int:
     """Prefill BN: the ``PA_TILES`` row of the newest sm not newer than the device."""
-    small, big = tuning_row(SRC, "PA_TILES", cc)
+    small, big = tuning_row(TILES, "PA_TILES", cc)
     return big if head_dim == 256 else small
 
 
@@ -84,7 +86,7 @@ def warps_for(max_query_len: int, group: int) -> int:
 def tile_shape(head_dim: int, warps: int, cc: int | None = None) -> tuple[int, int, int]:
     """(BN, NW, stages) the .cu instantiates for this head dim and warp count on sm_``cc``."""
     if warps == 1:
-        stages, kib = tuning_row(SRC, "PA_DECODE", cc)
+        stages, kib = tuning_row(TILES, "PA_DECODE", cc)
         return kib * 1024 // (4 * head_dim), 1, stages
     return tile_n(head_dim, cc), warps, 2
 
