@@ -319,9 +319,15 @@ PA_DEC(256)
 #undef PA_PREFILL
 #undef PA_DEC
 #define PA_COMBINE_ARGS const float*, const float*, const pa::bf16_t*, pa::bf16_t*, int, int, int, int, int
-template __global__ void paged_attn_combine_kernel<64>(PA_COMBINE_ARGS);
-template __global__ void paged_attn_combine_kernel<128>(PA_COMBINE_ARGS);
-template __global__ void paged_attn_combine_kernel<256>(PA_COMBINE_ARGS);
+// the combine at each head dim for <= 4, <= 16 and <= 64 splits (COMBINE_PER in the wrapper)
+#define PA_COMB(D)                                                            \
+  template __global__ void paged_attn_combine_kernel<D, 1>(PA_COMBINE_ARGS);  \
+  template __global__ void paged_attn_combine_kernel<D, 4>(PA_COMBINE_ARGS);  \
+  template __global__ void paged_attn_combine_kernel<D, 16>(PA_COMBINE_ARGS);
+PA_COMB(64)
+PA_COMB(128)
+PA_COMB(256)
+#undef PA_COMB
 #undef PA_ARGS
 #undef PA_COMBINE_ARGS
 #endif

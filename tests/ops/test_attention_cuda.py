@@ -85,10 +85,10 @@ def test_query_lengths(q_len, prefix):
 
 @pytest.mark.parametrize("d", [64, 128, 256])
 @pytest.mark.parametrize("group", [1, 4])
-@pytest.mark.parametrize("splits", [None, 1, 3, 64])
+@pytest.mark.parametrize("splits", [None, 1, 3, 9, 64])
 def test_decode_splits(d, group, splits):
-    """Decode-only batches (the one-warp kernel): automatic, single, three and 64 splits (64 leaves
-    splits with no tiles at all, which must contribute nothing)."""
+    """Decode-only batches (the one-warp kernel): automatic, single, three, nine and 64 splits (each
+    combine instantiation; 64 leaves splits with no tiles at all, which must contribute nothing)."""
     specs = [(0, 1), (30, 1), (31, 1), (32, 1), (700, 1), (1100, 1)]
     batch = make_batch(specs, 32, 4, group, d, seed=11 * d + group)
     check(batch, use_gate=group == 4, splits=splits, label=f"decode d{d} g{group}")
@@ -212,4 +212,5 @@ def test_kernel_resources():
             local = fn.local_size_bytes
             print(f"d{d} bn{bn} nw{nw} st{stages}: {fn.num_regs} regs, {smem} B smem, {local} B local")
             assert fn.local_size_bytes == 0 and smem <= 99 * 1024
-        assert attn._function(f"paged_attn_combine_kernel<{d}>", 0).local_size_bytes == 0
+        for splits in (4, 16, 64):
+            assert attn._function(attn.combine_name(d, splits), 0).local_size_bytes == 0

@@ -66,6 +66,16 @@ def test_workspace_cap_limits_splits():
 def test_max_splits_mirrors_the_kernel():
     text = (CUDA_DIR / attn.SRC).read_text()
     assert f"#define PA_MAX_SPLITS {attn.MAX_SPLITS}" in text
+    for per in attn.COMBINE_PER:  # every combine the wrapper can name is instantiated
+        assert f"paged_attn_combine_kernel<D, {per}>" in text
+
+
+def test_combine_takes_the_smallest_instantiation():
+    names = [attn.combine_name(256, s) for s in (2, 4, 5, 16, 17, 35, 64)]
+    assert [n.split(", ")[1] for n in names] == ["1>", "1>", "4>", "4>", "16>", "16>", "16>"]
+    assert 4 * attn.COMBINE_PER[-1] == attn.MAX_SPLITS
+    with pytest.raises(ValueError, match="65 splits"):
+        attn.combine_name(256, 65)
 
 
 @pytest.mark.parametrize("cc", [80, 86, 90, 120])
@@ -112,6 +122,6 @@ def test_kernel_compiles_without_spills(arch, tmp_path):
     assert rc == 0, log
     rows = parse_ptxas(log)
     names = [r["name"] for r in rows]
-    assert sum("paged_attn_kernel" in n for n in names) == 6 and sum("combine" in n for n in names) == 3
+    assert sum("paged_attn_kernel" in n for n in names) == 6 and sum("combine" in n for n in names) == 9
     for r in rows:
         assert r["spill"] == 0, f"{r['name']} sm_{arch} spills {r['spill']} bytes"
