@@ -102,10 +102,6 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     params = [[sampling_params(body, rs, max_tokens, k, j, pk) for j in range(body.n)]]
     request_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
-    logger.info(
-        "chat",
-        extra={"request_id": request_id, "prompt_tokens": len(prompt_ids), "n": body.n, "user": body.user},
-    )
     start = time.monotonic()
     arrived = arrival(request.scope) or start  # TTFT and E2E count from the request's arrival
     choices = [
@@ -124,6 +120,12 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         for j in range(body.n)
     ]
     merged = submit(st, [prompt_ids], params, body, request_id)
+    # Logged once the request is on its way (see the completions route); nothing that can fail
+    # comes after the submission.
+    logger.info(
+        "chat",
+        extra={"request_id": request_id, "prompt_tokens": len(prompt_ids), "n": body.n, "user": body.user},
+    )
     head = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": st.model_name}
 
     def build() -> dict[str, Any]:
