@@ -212,5 +212,6 @@ def test_kernel_resources():
             local = fn.local_size_bytes
             print(f"d{d} bn{bn} nw{nw} st{stages}: {fn.num_regs} regs, {smem} B smem, {local} B local")
             assert fn.local_size_bytes == 0 and smem <= 99 * 1024
-        for splits in (4, 16, 64):
-            assert attn._function(attn.combine_name(d, splits), 0).local_size_bytes == 0
+        for per in attn.COMBINE_PER:
+            name = attn.combine_name(d, attn.COMBINE_GROUPS * per)
+            assert attn._function(name, 0).local_size_bytes == 0

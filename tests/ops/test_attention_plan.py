@@ -68,12 +68,14 @@ def test_max_splits_mirrors_the_kernel():
     assert f"#define PA_MAX_SPLITS {attn.MAX_SPLITS}" in text
     for per in attn.COMBINE_PER:  # every combine the wrapper can name is instantiated
         assert f"paged_attn_combine_kernel<D, {per}>" in text
+    combine = (CUDA_DIR / attn.COMBINE).read_text()
+    assert f"constexpr int CT = D / 4, P = {attn.COMBINE_GROUPS};" in combine
 
 
 def test_combine_takes_the_smallest_instantiation():
     names = [attn.combine_name(256, s) for s in (2, 4, 5, 16, 17, 35, 64)]
     assert [n.split(", ")[1] for n in names] == ["1>", "1>", "4>", "4>", "16>", "16>", "16>"]
-    assert 4 * attn.COMBINE_PER[-1] == attn.MAX_SPLITS
+    assert attn.COMBINE_GROUPS * attn.COMBINE_PER[-1] == attn.MAX_SPLITS
     with pytest.raises(ValueError, match="65 splits"):
         attn.combine_name(256, 65)
 

@@ -35,7 +35,9 @@ TILES = "attention/pa_tiles.cuh"  # the per-arch tile rows (PA_TILES, PA_DECODE)
 HEAD_DIMS = (64, 128, 256)
 BLOCK_SIZES = (16, 32, 64)
 MAX_SPLITS = 64  # PA_MAX_SPLITS in the .cu
-COMBINE_PER = (1, 4, 16)  # the combine's instantiations: splits per thread group (4 groups per row)
+COMBINE = "attention/pa_combine.cuh"
+COMBINE_GROUPS = 4  # P in pa_combine.cuh: thread groups per row, each D / 4 threads (a CTA of D)
+COMBINE_PER = (1, 4, 16)  # the combine's instantiations: splits per thread group
 # fp32 split partials O [splits, T, H, D] + lse: a step's largest transient when it splits. Splits pay
 # where few work items leave SMs idle (decode-sized steps, whose partials are small); a step large
 # enough to need more than this has work items to spare.
@@ -70,9 +72,9 @@ def kernel_name(head_dim: int, tile_n: int, warps: int, stages: int) -> str:
 
 def combine_name(head_dim: int, splits: int) -> str:
     """The combine instantiation for ``splits`` partials: the fewest splits per group that hold them."""
-    per = next((n for n in COMBINE_PER if 4 * n >= splits), None)
+    per = next((n for n in COMBINE_PER if COMBINE_GROUPS * n >= splits), None)
     if per is None:
-        raise ValueError(f"{OP}: {splits} splits exceed the combine's {4 * COMBINE_PER[-1]}")
+        raise ValueError(f"{OP}: {splits} splits exceed the combine's {COMBINE_GROUPS * COMBINE_PER[-1]}")
     return f"paged_attn_combine_kernel<{head_dim}, {per}>"
 
 
@@ -338,7 +340,7 @@ def paged_attention(
         launch(
             _function(combine_name(D, plan.splits), 0),
             (T * H,),
-            (D,),
+            (COMBINE_GROUPS * (D // 4),),
             (ptr(o_part), ptr(lse_part), gptr, ptr(out), i32(T * H), i32(H), i32(plan.splits))
             + (i32(gs_t), i32(gs_h)),
             pdl=True,
