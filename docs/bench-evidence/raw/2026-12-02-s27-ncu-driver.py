@@ -3,12 +3,15 @@
     python3 raw/2026-12-02-s27-ncu-driver.py {prep|state|attn|k4|gemm}
 
 Kernels are built with -lineinfo (CuPy's RawModule options patched here) so ncu's SourceCounters
-section can name the source lines where the warps stall. Shapes: Qwen3.5-4B, prefill 2 x 1,024 for
+section can name the source lines where the warps stall; CuPy's NVRTC temp directory is kept (its
+TemporaryDirectory patched not to clean up) so that the source file the line table names still exists
+when ncu reads the report (run with an empty CUPY_CACHE_DIR, else nothing is compiled). Shapes: Qwen3.5-4B, prefill 2 x 1,024 for
 the GDN split passes and the attention, decode batch 32 for K4 and the projections (cuBLAS at M = 32,
 the skinny kernel at M = 8 for comparison), each GEMM inside an NVTX range named after it.
 """
 
 import sys
+import tempfile
 
 import cupy
 import torch
@@ -22,6 +25,22 @@ def _raw_lineinfo(*a, **kw):
 
 
 cupy.RawModule = _raw_lineinfo
+
+
+class _KeptDir:
+    """tempfile.TemporaryDirectory that leaves the directory (and the .cu NVRTC compiled) in place."""
+
+    def __init__(self, *a, **kw):
+        self.name = tempfile.mkdtemp(prefix="ds-nvrtc-")
+
+    def __enter__(self):
+        return self.name
+
+    def __exit__(self, *exc):
+        return False
+
+
+cupy.cuda.compiler.tempfile.TemporaryDirectory = _KeptDir
 
 from engine.bench import chunk as BC  # noqa: E402
 from engine.ops.gdn import chunk, chunk_split  # noqa: E402
