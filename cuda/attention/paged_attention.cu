@@ -12,8 +12,10 @@
 //   O += P V  : A = P repacked from the S accumulators as bf16, B = V rows (ldmatrix .trans)
 // K/V tiles stream through a STAGES-deep cp.async ring straight from the paged cache (each key row's
 // block looked up in block_table; rows past the keys a tile needs are zero filled, so a NaN in an
-// unused cache slot never reaches P V). The O rescale is skipped when no row's max moved. Shared rows are XOR-swizzled in 16-byte chunks (chunk ^ row % 8),
-// which makes every ldmatrix phase and every cp.async write bank-conflict free.
+// unused cache slot never reaches P V). The O rescale is skipped when no row's reference max moved;
+// with rescale_slack > 0 (arm attention.lazy_rescale) a max moves only when a tile passes it by more
+// than the slack. Shared rows are XOR-swizzled in 16-byte chunks (chunk ^ row % 8), which makes every
+// ldmatrix phase and every cp.async write bank-conflict free.
 //
 // Causality: token j of sequence b sits at num_computed[b] + j and sees keys < min(pos + 1,
 // seq_len[b]). A tile only loads keys below its last row's limit; a warp skips the tiles beyond its
@@ -50,7 +52,7 @@ __global__ void __launch_bounds__(NW * 32)
                       pa::bf16_t* __restrict__ out, float* __restrict__ o_part, float* __restrict__ lse_part,
                       int num_kv_heads, int group, int q_stride_t, int q_stride_h, int g_stride_t,
                       int g_stride_h, int bt_stride, int log2_bs, int num_splits, int num_tokens,
-                      float scale_log2) {
+                      float scale_log2, float rescale_slack) {
   DS_PDL_BEGIN();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
   using namespace pa;
   constexpr int BM = 16 * NW, NT = 32 * NW, CPR = D / 8;  // CPR: 16-byte chunks per row
@@ -98,17 +100,38 @@ __global__ void __launch_bounds__(NW * 32)
     if (j < BN / 16 && (j == 0 || (j << log2_bs) < BN) && kt * BN + (j << log2_bs) < kv_end)
       asm volatile("prefetch.global.L1 [%0];" ::"l"(bt_row + ((kt * BN) >> log2_bs) + j));
   };
+  // This thread copies rows r_ld + R_STEP i of each tile (chunk c_ld). Each 16-row segment of a tile
+  // lies inside one cache block, so a segment's block is looked up once and its rows sit a constant
+  // stride apart: the per-row work is two 64-bit adds and a compare against a constant (the lookup,
+  // shifts and 64-bit multiplies per row were ~2.5 integer instructions per mma of the tile, Nsight
+  // Compute, docs/bench-evidence/2026-12-02-s27.md). Rows past kv_end are zero filled from an address
+  // inside their segment's block (block 0 for a segment wholly past the end), so no select either.
+  static_assert(R_STEP <= 16 && 16 % R_STEP == 0, "a thread's rows must tile the 16-row segments");
+  constexpr int ROWS = BN / R_STEP, SEG_ROWS = 16 / R_STEP;  // per thread: per tile, per segment
+  const int row_stride = num_kv_heads * D;                  // elements from one key to the next
+  const size_t lane_off = (size_t)hk * D + c_ld * 8 + (size_t)r_ld * row_stride;
+  // the swizzled chunk of row r_ld + R_STEP i is (c_ld ^ r_ld % 8) ^ (R_STEP i % 8): r_ld < R_STEP
+  const unsigned dst0 = r_ld * (D * 2), cx = (unsigned)(c_ld ^ (r_ld & 7)) << 4;
   auto load_kv = [&](int kt, int stage) {
-    for (int r = r_ld; r < BN; r += R_STEP) {
-      const int key = kt * BN + r;
-      const bool ok = key < kv_end;
-      const int blk = ok ? bt_row[key >> log2_bs] : 0;
-      const size_t off =
-          ((((size_t)blk << log2_bs) + (key & bs_mask)) * num_kv_heads + hk) * D + (size_t)c_ld * 8;
-      const unsigned so = stage * KV_BYTES + swz<D>(r, c_ld);
-      cp_async16(s_k + so, ok ? k_cache + off : k_cache, ok);
-      cp_async16(s_v + so, ok ? v_cache + off : v_cache, ok);
+    const int left = kv_end - kt * BN - r_ld;  // row i is a key while R_STEP i < left
+    const unsigned so0 = stage * KV_BYTES + dst0;
+#pragma unroll
+    for (int sg = 0; sg < BN / 16; ++sg) {
+      const int key0 = kt * BN + 16 * sg;
+      const int blk = key0 < kv_end ? bt_row[key0 >> log2_bs] : 0;
+      const size_t off = ((((size_t)blk << log2_bs) + (key0 & bs_mask)) * num_kv_heads) * D + lane_off;
+      const pa::bf16_t* ks = k_cache + off;
+      const pa::bf16_t* vs = v_cache + off;
+#pragma unroll
+      for (int j = 0; j < SEG_ROWS; ++j) {
+        const int i = sg * SEG_ROWS + j;
+        const unsigned so = so0 + i * R_STEP * (D * 2) + (cx ^ (unsigned)(((i * R_STEP) & 7) << 4));
+        const bool ok = i * R_STEP < left;
+        cp_async16(s_k + so, ks + j * R_STEP * row_stride, ok);
+        cp_async16(s_v + so, vs + j * R_STEP * row_stride, ok);
+      }
     }
+    static_assert(ROWS == (BN / 16) * SEG_ROWS, "rows per tile");
   };
 
   // ---- this thread's two rows (g and g + 8 of its warp's 16) ----
@@ -187,7 +210,11 @@ __global__ void __launch_bounds__(NW * 32)
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float mn0 = fmaxf(m0, mx0 * scale_log2), mn1 = fmaxf(m1, mx1 * scale_log2);
+    // A row's reference max moves only when the tile's max passes it by more than rescale_slack
+    // (log2 units). P = 2^(s - m) then stays <= 2^slack, and O / l is the same quotient: exact in
+    // real arithmetic, fewer O rescales in fp32. Slack 0 is the plain online softmax, bit for bit.
+    const float c0 = mx0 * scale_log2, c1 = mx1 * scale_log2;
+    const float mn0 = c0 > m0 + rescale_slack ? c0 : m0, mn1 = c1 > m1 + rescale_slack ? c1 : m1;
     // a row with nothing visible yet keeps m = -inf; subtracting 0 then gives p = 0, not NaN
     const float mu0 = mn0 == neg_inf() ? 0.f : mn0, mu1 = mn1 == neg_inf() ? 0.f : mn1;
     const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
@@ -304,7 +331,7 @@ __global__ void __launch_bounds__(NW * 32)
 #ifdef DELTASERVE_NVCC_CHECK
 #define PA_ARGS                                                                                               \
   const pa::bf16_t*, const pa::bf16_t*, const pa::bf16_t*, const int*, const int*, const int*, const int*,   \
-      const pa::bf16_t*, pa::bf16_t*, float*, float*, int, int, int, int, int, int, int, int, int, int, float
+      const pa::bf16_t*, pa::bf16_t*, float*, float*, int, int, int, int, int, int, int, int, int, int, float, float
 // every instantiation the wrapper can pick on DS_SM: D 64 / 128 / 256, prefill (4 warps, two stages)
 // and decode (1 warp, PaDecode stages of 4096 / D keys)
 #define PA_PREFILL(D, BN) template __global__ void paged_attn_kernel<D, BN, 4, 2>(PA_ARGS);

@@ -9,6 +9,7 @@ rotated so the KV does not sit in L2, median of 20 replays):
 - prefill 32 x 1,024 new tokens (no prefix) and mixed 2 x 1,024 + 32 decodes: us and causal TFLOP/s
   (4 * sum over sequences of q_len * mean visible keys * H * D) as a fraction of a measured
   8192^3 bf16 matmul;
+- each shape again with the lazy O rescale (arm ``attention.lazy_rescale``);
 - peers: SDPA flash on the dense causal prefill [32, 16, 1024, 256] (K/V expanded to 16 heads), and
   the reference op (eager, its own gathers) on decode 32 and prefill.
 """
@@ -66,9 +67,14 @@ def causal_flops(batch: Batch) -> float:
     return 4 * total * H * D
 
 
-def call(batch: Batch, gate: bool = True, splits: int | None = None, shape=None):
+LAZY = attn.LAZY_RESCALE_SLACK  # the rescale_slack of the arm attention.lazy_rescale
+
+
+def call(batch: Batch, gate: bool = True, splits: int | None = None, shape=None, slack: float = 0.0):
     g = batch.gate if gate else None
-    return lambda: attn.paged_attention(*batch.args(), gate=g, splits=splits, shape=shape)
+    return lambda: attn.paged_attention(
+        *batch.args(), gate=g, splits=splits, shape=shape, rescale_slack=slack
+    )
 
 
 def plan_of(batch: Batch, splits: int | None = None, shape=None) -> attn.Plan:
@@ -86,9 +92,9 @@ def plan_of(batch: Batch, splits: int | None = None, shape=None) -> attn.Plan:
     )
 
 
-def check(label: str, batch: Batch, splits: int | None = None, shape=None) -> bool:
+def check(label: str, batch: Batch, splits: int | None = None, shape=None, slack: float = 0.0) -> bool:
     want = reference_fp32(batch, True)
-    err = rel(call(batch, splits=splits, shape=shape)(), want)
+    err = rel(call(batch, splits=splits, shape=shape, slack=slack)(), want)
     ref_err = rel(ref.paged_attention(*batch.args(), gate=batch.gate), want)
     plan = plan_of(batch, splits, shape)
     print(f"  check {label:<30} rel {err:.2e} (reference bf16 {ref_err:.2e}); {plan}", flush=True)
@@ -126,6 +132,9 @@ def bench_decode(copy_bw: float, sweep: bool) -> None:
 
         us = graph_us([call(b) for b in batches])
         row("decode", f"b{batch_size} x {CTX + 1}", f"cuda {short(plan_of(one))}", us, note(us))
+        if check(f"decode b{batch_size} lazy rescale", one, slack=LAZY):
+            us_lazy = graph_us([call(b, slack=LAZY) for b in batches])
+            row("decode", f"b{batch_size} x {CTX + 1}", "cuda, lazy rescale", us_lazy, note(us_lazy))
         if batch_size == 32:
             us_ref = B.time_eager(lambda b=one: ref.paged_attention(*b.args(), gate=b.gate), reps=3)
             row("decode", f"b{batch_size} x {CTX + 1}", "reference op (eager)", us_ref, note(us_ref))
@@ -159,6 +168,9 @@ def bench_prefill(mm_rate: float, sweep: bool) -> None:
         row("prefill", label, f"cuda {short(plan_of(batch))}", us, note(us))
         us_ng = graph_us([call(batch, gate=False)] * 4)
         row("prefill", label, "cuda, no gate", us_ng, note(us_ng))
+        if check(f"{label} lazy rescale", batch, slack=LAZY):
+            us_lazy = graph_us([call(batch, slack=LAZY)] * 4)
+            row("prefill", label, "cuda, lazy rescale", us_lazy, note(us_lazy))
         us_ref = B.time_eager(lambda b=batch: ref.paged_attention(*b.args(), gate=b.gate), reps=2)
         row("prefill", label, "reference op (eager)", us_ref, note(us_ref))
         if label.startswith("prefill 32"):

@@ -21,6 +21,7 @@ ASYNC_EVIDENCE = "docs/bench-evidence/2026-12-01-async-scheduling.md"
 PDL_EVIDENCE = "docs/bench-evidence/2026-12-01-pdl.md"
 PIECEWISE_EVIDENCE = "docs/bench-evidence/2026-12-01-piecewise.md"
 SPLIT_EVIDENCE = "docs/bench-evidence/2026-12-01-chunk-split.md"
+LAZY_EVIDENCE = "docs/bench-evidence/2026-12-02-s28.md"
 
 
 # the "op" of an arm that changes how steps launch kernels (CUDA graphs) rather than an op's kernel
@@ -149,6 +150,17 @@ ARM_LIST = (
         HOT_PATH_EVIDENCE,
         _attention_head_dim,
     ),
+    # The attention kernel's O rescale only when a row's max passes its reference by more than
+    # LAZY_RESCALE_SLACK (log2 units) instead of whenever it rises: not bit-equal to the plain online
+    # softmax, equal in real arithmetic. Needs attention.paged (the kernel it tunes).
+    Arm(
+        "attention.lazy_rescale",
+        "paged_attention",
+        "the paged attention kernel rescales O only when a row's max rises by more than 2^8",
+        False,
+        LAZY_EVIDENCE,
+        _attention_head_dim,
+    ),
     # Kernel-level numbers in GEMM_EVIDENCE; the end-to-end A/B (W2 TPOT 0.975x, W1 within noise) in
     # ASYNC_EVIDENCE.
     Arm(
@@ -210,10 +222,15 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
             fused |= {"add_rms_norm": fused_cuda.add_rms_norm, "silu_mul": fused_cuda.silu_mul}
         if "attention.qk_fused" in arms:
             fused["qk_norm_rope_kv"] = fused_cuda.qk_norm_rope_kv
+    if "attention.lazy_rescale" in arms and "attention.paged" not in arms:
+        raise ValueError("kernel arm attention.lazy_rescale tunes attention.paged: name both or neither")
     if "attention.paged" in arms:
         from engine.ops.attention import cuda as attention
 
         fused["paged_attention"] = attention.paged_attention
+        if "attention.lazy_rescale" in arms:
+            slack = attention.LAZY_RESCALE_SLACK
+            fused["paged_attention"] = functools.partial(attention.paged_attention, rescale_slack=slack)
     if "linear.skinny" in arms:
         from engine.ops.gemm import cuda as gemm
 

@@ -6,11 +6,14 @@ and on block boundaries; block sizes 16 / 32 / 64; GQA 1 and 4; D 64 / 128 / 256
 (decodes first, then prefill chunks with and without prefixes); with and without the strided output
 gate; every cache slot a sequence may not read NaN-filled for the kernel; outputs poisoned before
 each run; every run twice and bitwise equal; forced and automatic KV splits; CUDA-graph replays
-equal to eager with seq_lens changed between replays. Relative Frobenius error vs the fp32 reference
+equal to eager with seq_lens changed between replays; the lazy O rescale (rescale_slack) on ordinary
+and 8x-sharpened logits. Relative Frobenius error vs the fp32 reference
 < 5e-3 (the reference's own bf16 output error is printed beside it).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -34,22 +37,24 @@ def poison(batch: Batch, splits: int) -> None:
     torch.empty((max(splits, 2), T, H, D), dtype=torch.float32, device="cuda").fill_(float("nan"))
 
 
-def run_twice(batch: Batch, use_gate: bool, splits: int | None) -> torch.Tensor:
+def run_twice(batch: Batch, use_gate: bool, splits: int | None, slack: float = 0.0) -> torch.Tensor:
     kc, vc = batch.poisoned_caches()
     gate = batch.gate if use_gate else None
     outs = []
     for _ in range(2):
         poison(batch, splits or attn.MAX_SPLITS)
-        outs.append(attn.paged_attention(*batch.args(kc, vc), gate=gate, splits=splits))
+        outs.append(attn.paged_attention(*batch.args(kc, vc), gate=gate, splits=splits, rescale_slack=slack))
         torch.cuda.synchronize()
     assert torch.equal(outs[0], outs[1]), "two runs differ (a race?)"
     return outs[0]
 
 
-def check(batch: Batch, use_gate: bool, splits: int | None = None, label: str = "") -> float:
+def check(
+    batch: Batch, use_gate: bool, splits: int | None = None, label: str = "", slack: float = 0.0
+) -> float:
     want32 = reference_fp32(batch, use_gate)
     want16 = ref.paged_attention(*batch.args(), gate=batch.gate if use_gate else None)
-    got = run_twice(batch, use_gate, splits)
+    got = run_twice(batch, use_gate, splits, slack)
     assert got.dtype == torch.bfloat16 and got.shape == batch.q.shape
     err, ref_err = rel(got, want32), rel(want16, want32)
     print(f"{label} splits={splits}: rel {err:.2e} (reference bf16 {ref_err:.2e})")
@@ -106,6 +111,22 @@ def test_w1_like_shapes():
     """Qwen3.5-4B attention shapes: H 16, Hkv 4, D 256, block 32; 4 decodes + 2 x 300-token chunks."""
     batch = make_batch([(1100, 1)] * 4 + [(0, 300), (333, 300)], 32, 4, 4, 256, seed=9, strided_q=True)
     check(batch, use_gate=True, label="4B shapes")
+
+
+@pytest.mark.parametrize(("d", "group", "bs"), [(256, 4, 32), (128, 1, 16), (64, 4, 64)])
+@pytest.mark.parametrize("q_scale", [1.0, 8.0])
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_lazy_rescale(d, group, bs, q_scale, splits):
+    """The arm attention.lazy_rescale (rescale_slack 8) on mixed batches. With q scaled 8x the logits
+    spread over ~12 log2 units per standard deviation, so within a row some tiles raise the max by
+    less than the slack (O not rescaled, P up to 2^8) and some by more (rescaled): both branches,
+    split and unsplit, must stay within TOL of fp32 and bitwise repeatable."""
+    batch = make_batch(mixed_specs(bs), bs, 2, group, d, seed=d + group + bs + int(q_scale))
+    batch = dataclasses.replace(batch, q=(batch.q.float() * q_scale).to(torch.bfloat16))
+    slack = attn.LAZY_RESCALE_SLACK
+    err = check(batch, True, splits, f"lazy d{d} g{group} bs{bs} x{q_scale:g}", slack)
+    plain = check(batch, True, splits, "plain", 0.0)
+    assert err < max(2 * plain, 1e-3), f"lazy rescale rel {err:.2e} vs the plain kernel's {plain:.2e}"
 
 
 @pytest.mark.parametrize("shape", [(16, 4, 4), (32, 4, 3), (64, 1, 2), (16, 8, 2)])
@@ -200,6 +221,9 @@ def test_bad_inputs_name_the_tensor():
         attn.paged_attention(a[0], a[1], a[2][:, :8].contiguous(), *a[3:])
     with pytest.raises(ValueError, match="seq_lens"):
         attn.paged_attention(*a[:5], a[5].cpu(), *a[6:])
+    for slack in (-1.0, float("nan"), attn.MAX_RESCALE_SLACK + 1):
+        with pytest.raises(ValueError, match="rescale_slack"):
+            attn.paged_attention(*a, rescale_slack=slack)
 
 
 def test_kernel_resources():

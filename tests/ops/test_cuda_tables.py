@@ -77,3 +77,23 @@ def test_arm_registry_entries_are_complete():
     for arm in ARM_LIST:
         assert arm.op in (*OP_NAMES, "gdn_decode", LAUNCH_MODE), arm
         assert (root / arm.evidence).is_file(), arm
+
+
+def test_lazy_rescale_binds_the_slack_into_paged_attention():
+    """attention.lazy_rescale is a setting of attention.paged's kernel: bound as its rescale_slack,
+    refused by name without it, and dropped with it where the head dim rules the kernel out."""
+    from engine.ops.arms import DEFAULT_ARMS, KernelShapes, cuda_overrides, usable_arms
+    from engine.ops.attention import cuda as attention
+
+    ops = cuda_overrides(DEFAULT_ARMS | {"attention.lazy_rescale"})
+    bound = ops["paged_attention"]
+    assert bound.func is attention.paged_attention
+    assert bound.keywords == {"rescale_slack": attention.LAZY_RESCALE_SLACK}
+    assert cuda_overrides(DEFAULT_ARMS)["paged_attention"] is attention.paged_attention
+    with pytest.raises(ValueError, match="attention.lazy_rescale tunes attention.paged"):
+        cuda_overrides(DEFAULT_ARMS - {"attention.paged"} | {"attention.lazy_rescale"})
+    tiny = KernelShapes(
+        conv_width=4, key_head_dim=128, value_head_dim=128, dtype="bfloat16", attention_head_dim=32
+    )
+    arms, _ = usable_arms(DEFAULT_ARMS | {"attention.lazy_rescale"}, tiny)
+    assert "attention.lazy_rescale" not in arms and "attention.paged" not in arms

@@ -44,6 +44,10 @@ COMBINE_PER = (1, 4, 16)  # the combine's instantiations: splits per thread grou
 WORKSPACE_BYTES = 16 << 20
 LOG2E = 1.4426950408889634
 OP = "paged_attention"
+# How far (log2 units) a row's softmax max may lag before O is rescaled (the .cu's rescale_slack):
+# P <= 2^slack stays well inside bf16's and fp32's range, and the sums' relative error is unchanged.
+LAZY_RESCALE_SLACK = 8.0
+MAX_RESCALE_SLACK = 16.0
 
 
 @dataclass(frozen=True)
@@ -259,6 +263,7 @@ def paged_attention(
     out=None,
     splits: int | None = None,
     shape: tuple[int, int, int] | None = None,
+    rescale_slack: float = 0.0,
 ):
     """Causal attention of ``q [T, H, D]`` over each sequence's paged KV -> ``[T, H, D]`` bf16, written
     into ``out`` (contiguous bf16, T x H x D values) when given.
@@ -266,7 +271,9 @@ def paged_attention(
     ``max_query_len`` / ``max_seq_len`` must bound every sequence's new tokens / cached length (they
     size the grid and the split count; a CUDA graph captured at a bound replays any batch within it).
     ``splits`` forces the KV split count and ``shape`` the (BN, NW, stages) instantiation (tests and
-    benches); None picks them from the device.
+    benches); None picks them from the device. ``rescale_slack`` (log2 units, 0 to
+    ``MAX_RESCALE_SLACK``) lets a row's softmax max lag the true max by that much before O is rescaled:
+    0 is the plain online softmax; the arm ``attention.lazy_rescale`` passes ``LAZY_RESCALE_SLACK``.
     """
     T, H, D, B, hkv, bs = _check_inputs(
         q, k_cache, v_cache, block_table, query_start_loc, seq_lens, num_computed, gate, float(scale)
@@ -275,6 +282,8 @@ def paged_attention(
         raise ValueError(f"{OP}: max_query_len must be >= 1, got {max_query_len}")
     if int(max_seq_len) < 1:
         raise ValueError(f"{OP}: max_seq_len must be >= 1, got {max_seq_len}")
+    if not (0.0 <= float(rescale_slack) <= MAX_RESCALE_SLACK):
+        raise ValueError(f"{OP}: rescale_slack must be in [0, {MAX_RESCALE_SLACK}], got {rescale_slack}")
     out = output(OP, out, (T, H, D), torch.bfloat16, q.device)
     if T == 0 or B == 0:
         return out
@@ -332,6 +341,7 @@ def paged_attention(
             i32(plan.splits),
             i32(T),
             f32(float(scale) * LOG2E),
+            f32(float(rescale_slack)),
         ),
         shared_mem=plan.smem,
         pdl=True,
