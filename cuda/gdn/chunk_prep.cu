@@ -7,8 +7,7 @@
 // in turn. With G = cumsum g, r = 1/|k|, Γ = e^{G_i-G_j}, per value head:
 //   A   = strictLower(diag(beta) Kn Kn^T ⊙ Γ)                 (raw bf16 K K^T on mma, fp32 epilogue)
 //   T   = (I + A)^-1, in fp32: the four 16x16 diagonal blocks by forward substitution (one lane per
-//         column), then T_ij = -T_ii sum_{j<=m<i} A_im T_mj by block diagonals (scalar fp32 FMA, the
-//         row operand read as float4)
+//         column), then T_ij = -T_ii sum_{j<=m<i} A_im T_mj by block diagonals (scalar fp32 FMA)
 //   Aqk = (Qn Kn^T ⊙ Γ ⊙ lower) q_scale                      (raw bf16 Q K^T on mma, fp32 epilogue)
 // and the per-token rows beta, c_x = beta e^G r_k, c_o = e^G r_q q_scale, c_u = r_k e^{G_last - G}
 // and G2 (G in log2 units), exactly as chunk.cu computes them. T and Aqk are stored split into bf16
@@ -168,12 +167,7 @@ __global__ void __launch_bounds__(256, 2)
     }
     __syncthreads();
     // ---- T_ij = -T_ii (sum_{j<=m<i} A_im T_mj), block diagonal d = i - j = 1, 2, 3 in turn; one
-    // thread per element (r, cc) of each 16x16 block. The row operand (A_im, T_ii: one row, shared by
-    // the block's 16 columns) is read four floats at a time: a third fewer shared loads than reading
-    // both operands per FMA (Nsight Compute put two LDS per FFMA at ~30% of this kernel's stall
-    // samples, docs/bench-evidence/2026-12-02-s27.md), the same FMAs in the same order, so T is
-    // bit for bit what it was.
-    static_assert(L::AF % 16 == 0 && L::TF % 16 == 0 && (L::LD * 4) % 16 == 0, "float4 rows of A and T");
+    // thread per element (r, cc) of each 16x16 block
     const int r = tid >> 4, cc = tid & 15;
 #pragma unroll 1
     for (int d = 1; d < 4; ++d) {
@@ -181,35 +175,19 @@ __global__ void __launch_bounds__(256, 2)
       for (int i = d; i < 4; ++i) {
         const int j = i - d;
         float y = 0.f;
-        for (int m = j; m < i; ++m) {
-          const float4* arow = reinterpret_cast<const float4*>(af + (16 * i + r) * L::LD + 16 * m);
-          const float* tcol = tf + 16 * m * L::LD + 16 * j + cc;
+        for (int m = j; m < i; ++m)
 #pragma unroll
-          for (int k4 = 0; k4 < 4; ++k4) {
-            const float4 a = arow[k4];
-            y = fmaf(a.x, tcol[(4 * k4 + 0) * L::LD], y);
-            y = fmaf(a.y, tcol[(4 * k4 + 1) * L::LD], y);
-            y = fmaf(a.z, tcol[(4 * k4 + 2) * L::LD], y);
-            y = fmaf(a.w, tcol[(4 * k4 + 3) * L::LD], y);
-          }
-        }
+          for (int kq = 0; kq < 16; ++kq)
+            y = fmaf(af[(16 * i + r) * L::LD + 16 * m + kq], tf[(16 * m + kq) * L::LD + 16 * j + cc], y);
         yf[j * 256 + r * 16 + cc] = y;
       }
       __syncthreads();
 #pragma unroll 1
       for (int i = d; i < 4; ++i) {
         const int j = i - d;
-        const float4* trow = reinterpret_cast<const float4*>(tf + (16 * i + r) * L::LD + 16 * i);
-        const float* ycol = yf + j * 256 + cc;
         float t = 0.f;
 #pragma unroll
-        for (int k4 = 0; k4 < 4; ++k4) {
-          const float4 a = trow[k4];
-          t = fmaf(a.x, ycol[(4 * k4 + 0) * 16], t);
-          t = fmaf(a.y, ycol[(4 * k4 + 1) * 16], t);
-          t = fmaf(a.z, ycol[(4 * k4 + 2) * 16], t);
-          t = fmaf(a.w, ycol[(4 * k4 + 3) * 16], t);
-        }
+        for (int kq = 0; kq < 16; ++kq) t = fmaf(tf[(16 * i + r) * L::LD + 16 * i + kq], yf[j * 256 + kq * 16 + cc], t);
         tf[(16 * i + r) * L::LD + 16 * j + cc] = -t;
       }
       __syncthreads();
