@@ -10,9 +10,9 @@
 // into one FMA), fp32 m / l per row, fp32 O accumulators in registers (D / 2 per thread).
 //   S = Q K^T : A = Q (ldmatrix from shared memory), B = K rows (ldmatrix, no transpose)
 //   O += P V  : A = P repacked from the S accumulators as bf16, B = V rows (ldmatrix .trans)
-// K/V tiles stream through a STAGES-deep cp.async ring straight from the paged cache (each key row's
-// block looked up in block_table; rows past the keys a tile needs are zero filled, so a NaN in an
-// unused cache slot never reaches P V). The O rescale is skipped when no row's reference max moved;
+// K/V tiles stream through a STAGES-deep cp.async ring straight from the paged cache (each 16-key
+// segment's block looked up once in block_table; rows past the keys a tile needs are zero filled, so
+// a NaN in an unused cache slot never reaches P V). The O rescale is skipped when no row's reference max moved;
 // with rescale_slack > 0 (arm attention.lazy_rescale) a max moves only when a tile passes it by more
 // than the slack. Shared rows are XOR-swizzled in 16-byte chunks (chunk ^ row % 8), which makes every
 // ldmatrix phase and every cp.async write bank-conflict free.
@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(NW * 32)
   // Compute, docs/bench-evidence/2026-12-02-s27.md). Rows past kv_end are zero filled from an address
   // inside their segment's block (block 0 for a segment wholly past the end), so no select either.
   static_assert(R_STEP <= 16 && 16 % R_STEP == 0, "a thread's rows must tile the 16-row segments");
-  constexpr int ROWS = BN / R_STEP, SEG_ROWS = 16 / R_STEP;  // per thread: per tile, per segment
-  const int row_stride = num_kv_heads * D;                  // elements from one key to the next
+  constexpr int SEG_ROWS = 16 / R_STEP;      // this thread's rows in each segment
+  const int row_stride = num_kv_heads * D;  // elements from one key to the next
   const size_t lane_off = (size_t)hk * D + c_ld * 8 + (size_t)r_ld * row_stride;
   // the swizzled chunk of row r_ld + R_STEP i is (c_ld ^ r_ld % 8) ^ (R_STEP i % 8): r_ld < R_STEP
   const unsigned dst0 = r_ld * (D * 2), cx = (unsigned)(c_ld ^ (r_ld & 7)) << 4;
@@ -131,7 +131,6 @@ __global__ void __launch_bounds__(NW * 32)
         cp_async16(s_v + so, vs + j * R_STEP * row_stride, ok);
       }
     }
-    static_assert(ROWS == (BN / 16) * SEG_ROWS, "rows per tile");
   };
 
   // ---- this thread's two rows (g and g + 8 of its warp's 16) ----
