@@ -114,7 +114,7 @@ def graph_bucket(
 class _Graph:
     graph: torch.cuda.CUDAGraph
     batch: ForwardBatch  # static device tensors the graph reads
-    logits: torch.Tensor  # [B, vocab] fp32, written by every replay
+    logits: torch.Tensor  # [B, vocab] in the model dtype (the raw lm_head output), written by every replay
 
 
 class DecodeGraphs:
@@ -139,14 +139,16 @@ class DecodeGraphs:
         self.pool = torch.cuda.graph_pool_handle() if pool is None else pool
         self.graphs: dict[tuple[int, int], _Graph] = {}
         # One logits buffer for every graph (a replay's rows are sampled before the next replay), so
-        # each captured bucket does not keep a [B, vocab] fp32 output of its own; ``logits`` lends one
-        # (the piecewise graphs' scratch, dead between steps: PiecewiseGraphs.logits_buffer).
-        shape = (self.batch_buckets[-1], model.cfg.vocab_size)
-        if logits is not None and (tuple(logits.shape) != shape or logits.dtype != torch.float32):
-            raise ValueError(f"decode graphs' logits buffer: need {shape} fp32, got {tuple(logits.shape)}")
+        # each captured bucket does not keep a [B, vocab] output of its own; ``logits`` lends one (the
+        # piecewise graphs' scratch, dead between steps: PiecewiseGraphs.logits_buffer). It holds the
+        # raw logits in the model dtype; the sampler widens them only when a row needs more than argmax.
+        shape, dtype = (self.batch_buckets[-1], model.cfg.vocab_size), model.dtype
+        if logits is not None and (tuple(logits.shape) != shape or logits.dtype != dtype):
+            got = f"{tuple(logits.shape)} {logits.dtype}"
+            raise ValueError(f"decode graphs' logits buffer: need {shape} {dtype}, got {got}")
         self.owns_logits = logits is None
         if logits is None:
-            logits = torch.empty(shape, dtype=torch.float32, device=self._device())
+            logits = torch.empty(shape, dtype=dtype, device=self._device())
         self.logits = logits
         self.reserved_bytes = 0  # torch memory reserved by the captures so far (the graph pool)
         self.max_kv_tokens = MAX_GRAPH_KV_TOKENS if pads_attention(model.ops.paged_attention) else None
@@ -160,7 +162,8 @@ class DecodeGraphs:
         key: tuple[int, int],
         patch: Callable[[torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
-        """Logits ``[len(seqs), vocab]`` from the graph of bucket ``key``; ``patch`` may rewrite the
+        """Raw logits ``[len(seqs), vocab]`` in the model dtype (a view of the shared buffer: sample them
+        before the next replay) from the graph of bucket ``key``; ``patch`` may rewrite the
         static input ids on the device before the replay (tokens a step scheduled ahead reads)."""
         g = self.graphs.get(key)
         if g is None:

@@ -131,15 +131,15 @@ class PiecewiseGraphs:
         return self.scratch[: tb * self.mlp_width].view(tb, self.mlp_width)
 
     def logits_buffer(self, rows: int, vocab: int) -> torch.Tensor | None:
-        """A [rows, vocab] fp32 view of the scratch buffer for a step's logits, or None when it does
-        not fit. The scratch is dead from the last piece's MLP to the next step's first piece, and a
-        step's logits are sampled on this stream before the next step starts, so the piecewise steps
-        and the decode graphs (engine/worker/cuda_graphs.py) both write their logits here instead of
-        keeping a [max_num_seqs, vocab] fp32 buffer (31 MiB for the 4B at 32 sequences) beside it."""
-        words = rows * vocab * 4 // self.scratch.element_size()  # the model dtype: 2 or 4 bytes
-        if words > self.scratch.numel():
+        """A [rows, vocab] view of the scratch buffer (the model dtype) for a step's raw logits, or None
+        when it does not fit. The scratch is dead from the last piece's MLP to the next step's first
+        piece, and a step's logits are sampled on this stream before the next step starts, so the
+        piecewise steps and the decode graphs (engine/worker/cuda_graphs.py) both write their logits
+        here instead of keeping a [max_num_seqs, vocab] buffer (15.5 MiB for the 4B at 32 sequences)
+        beside it."""
+        if rows * vocab > self.scratch.numel():
             return None
-        return self.scratch[:words].view(torch.float32).view(rows, vocab)
+        return self.scratch[: rows * vocab].view(rows, vocab)
 
     def piece(self, k: int, tb: int) -> None:
         """Piece k over ``tb`` rows of the static buffers (what a graph of bucket ``tb`` captures)."""
@@ -166,11 +166,15 @@ class PiecewiseGraphs:
 
     @torch.inference_mode()
     def run(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
-        """The step's fp32 logits ``[len(fb.logits_indices), vocab]``, as ``model(fb, cache)`` computes
-        them, through the pieces of the smallest bucket that holds the step. They live in the scratch
-        buffer (:meth:`logits_buffer`) when they fit: read them before the next step runs."""
+        """The step's raw logits ``[len(fb.logits_indices), vocab]`` in the model dtype (``model(fb,
+        cache)`` gives the same values widened to fp32), through the pieces of the smallest bucket that
+        holds the step. They live in the scratch buffer (:meth:`logits_buffer`) when they fit: read
+        them before the next step runs."""
         x, h = self._decoder(fb, cache)
-        out = self.logits_buffer(len(fb.logits_indices), self.model.cfg.vocab_size)
+        n, vocab = len(fb.logits_indices), self.model.cfg.vocab_size
+        out = self.logits_buffer(n, vocab)
+        if out is None:
+            out = torch.empty((n, vocab), dtype=self.scratch.dtype, device=self.scratch.device)
         return self.model.logits(x, h, fb.logits_indices, out=out)
 
     @torch.inference_mode()

@@ -1,6 +1,10 @@
 """Sampling on device: exact greedy, temperature / top-k / top-p / min-p, per-request seeds, logprobs.
 
-Greedy is ``argmax`` over fp32 logits, which returns the lowest index among ties, as HF does.
+Greedy is ``argmax`` over the logits, which returns the lowest index among ties, as HF does. The
+graphs hand over their raw logits in the model dtype (bf16 on the GPU): a step whose rows are all
+greedy, with no logprobs and no logit adjustments, takes the argmax of those directly (the same token
+as of their exact fp32 widening); any other step widens them to fp32 first, as HF's ``.float()``
+does, and samples as before.
 Random sampling uses the exponential-race trick (argmax of p / E with E ~ Exp(1)), which draws
 exactly from p. A seeded request draws its noise from a generator seeded by (seed, output index),
 so its tokens do not depend on which other requests share the batch, nor on preemption.
@@ -122,7 +126,7 @@ class Sampler:
 
     def sample(
         self,
-        logits: torch.Tensor,  # [S, V] fp32
+        logits: torch.Tensor,  # [S, V] fp32, or the model's raw bf16 / fp16 logits
         b: SamplingBatch,
     ) -> tuple[list[int], list[TokenLogprobs | None]]:
         return self.sample_async(logits, b).host()
@@ -130,6 +134,8 @@ class Sampler:
     def sample_async(self, logits: torch.Tensor, b: SamplingBatch) -> SampledTokens:
         """Sample on the device and start the copy to the host; nothing here waits for the device."""
         params, rand = b.params, b.random_rows
+        if logits.dtype != torch.float32 and (rand or b.adjusts or b.max_logprobs is not None):
+            logits = logits.float()  # exact: every bf16 / fp16 value is an fp32 value
         raw = logits
         if b.adjusts:
             logits = adjust_logits(logits, params, b.histories, b.num_prompt, self.eos_token_ids)

@@ -120,13 +120,17 @@ def test_lazy_rescale(d, group, bs, q_scale, splits):
     """The arm attention.lazy_rescale (rescale_slack 8) on mixed batches. With q scaled 8x the logits
     spread over ~12 log2 units per standard deviation, so within a row some tiles raise the max by
     less than the slack (O not rescaled, P up to 2^8) and some by more (rescaled): both branches,
-    split and unsplit, must stay within TOL of fp32 and bitwise repeatable."""
+    split and unsplit, must stay within TOL of fp32 and bitwise repeatable. And the slack must take
+    effect: a kernel that ignored it would give the plain kernel's bits (P is rounded to bf16 against
+    a stale max in the rows it skips, so their outputs differ in the last bits)."""
     batch = make_batch(mixed_specs(bs), bs, 2, group, d, seed=d + group + bs + int(q_scale))
     batch = dataclasses.replace(batch, q=(batch.q.float() * q_scale).to(torch.bfloat16))
     slack = attn.LAZY_RESCALE_SLACK
     err = check(batch, True, splits, f"lazy d{d} g{group} bs{bs} x{q_scale:g}", slack)
     plain = check(batch, True, splits, "plain", 0.0)
     assert err < max(2 * plain, 1e-3), f"lazy rescale rel {err:.2e} vs the plain kernel's {plain:.2e}"
+    lazy_out, plain_out = (run_twice(batch, True, splits, s) for s in (slack, 0.0))
+    assert not torch.equal(lazy_out, plain_out), "rescale_slack changed no bit: the kernel ignores it"
 
 
 @pytest.mark.parametrize("shape", [(16, 4, 4), (32, 4, 3), (64, 1, 2), (16, 8, 2)])

@@ -281,3 +281,25 @@ def test_graph_replay_equals_eager(cuda_env):
     torch.cuda.synchronize()
     for a, b in zip(outs, eager, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+def test_out_takes_the_kernel_when_it_can_and_torch_mm_otherwise(cuda_env):
+    """``linear(x, w, out=...)`` (a decode graph's lm_head into its logits buffer) runs what the call
+    without ``out`` runs, bit for bit: the kernel for a contiguous, aligned bf16 [M, N] ``out`` at
+    M <= 8, ``torch.mm`` into a strided ``out`` or for more rows. (cuBLAS may pick another algorithm
+    for a strided output, so the strided case is compared with ``torch.mm`` into the same layout.)"""
+    rng = np.random.default_rng(12)
+    w = weights(12352, 2560)
+    for m in (1, 5, 8, 9):
+        x = rand(rng, m, 2560, dtype=torch.bfloat16, device="cuda")
+        out = torch.full((m, 12352), float("nan"), dtype=torch.bfloat16, device="cuda")
+        assert gemm.linear(x, w, out=out) is out
+        assert torch.equal(out, gemm.linear(x, w))
+        wide, wide_mm = (torch.full((m, 12360), float("nan"), dtype=x.dtype, device="cuda") for _ in "ab")
+        strided = wide[:, :12352]  # rows 12,360 apart: not the kernel's layout
+        assert gemm.linear(x, w, out=strided).data_ptr() == strided.data_ptr()
+        torch.mm(x, w.t(), out=wide_mm[:, :12352])
+        assert torch.equal(wide[:, :12352], wide_mm[:, :12352])
+        assert torch.isnan(wide[:, 12352:]).all(), "wrote past the strided view"
+        torch.testing.assert_close(strided, out, rtol=2**-7, atol=1e-2)

@@ -74,3 +74,46 @@ def test_logprobs_of_the_chosen_token_and_its_alternatives(k: int) -> None:
     assert lps[1] is None and lps[0] is not None
     assert lps[0].token_id == ids[0] and lps[0].logprob == pytest.approx(ref[0, ids[0]].item())
     assert [t for t, _ in lps[0].top] == ref[0].topk(k).indices.tolist() if k else lps[0].top == []
+
+
+def _bf16_with_ties(rows: int, seed: int) -> torch.Tensor:
+    """bf16 logits whose rows have their maximum at two or three indices (bf16's coarse steps make
+    near-ties exact ties, the case where a widened and an unwidened argmax could part)."""
+    x = logits(rows, seed).to(torch.bfloat16)
+    rng = np.random.default_rng(seed + 100)
+    for r in range(rows):
+        top = x[r].max()
+        for j in rng.choice(VOCAB, size=1 + r % 3, replace=False):
+            x[r, int(j)] = top
+    return x
+
+
+def test_greedy_on_raw_bf16_logits_equals_greedy_on_their_fp32_widening() -> None:
+    """The graphs hand the sampler their raw bf16 logits: an all-greedy step takes their argmax
+    unwidened, and it is the token the fp32 path picks, ties included (lowest index)."""
+    x = _bf16_with_ties(8, 6)
+    greedy = [SamplingParams(temperature=0.0)] * 8
+    ids, _ = run(greedy, x)
+    want, _ = run(greedy, x.float())
+    assert ids == want == x.float().argmax(dim=-1).tolist()
+    assert all(x[r, ids[r]] == x[r].max() and (x[r, : ids[r]] < x[r].max()).all() for r in range(8))
+
+
+def test_raw_bf16_logits_are_widened_for_logprobs_and_sampling() -> None:
+    """Logprobs, seeded sampling and logit adjustments see the fp32 widening of raw bf16 logits, so
+    each gives exactly what it gives on the fp32 tensor."""
+    x = _bf16_with_ties(3, 7)
+    params = [
+        SamplingParams(temperature=0.0, logprobs=3),
+        SamplingParams(temperature=0.8, seed=11),
+        SamplingParams(temperature=0.0, presence_penalty=1.5),
+    ]
+    s_raw, s_f32 = Sampler("cpu", 5), Sampler("cpu", 5)
+    hist = ([1, 2], [3], [4, 4, 5])
+    b_raw = s_raw.prepare(params, [0, 2, 1], VOCAB, hist, [1, 1, 1])
+    b_f32 = s_f32.prepare(params, [0, 2, 1], VOCAB, hist, [1, 1, 1])
+    ids, lps = s_raw.sample(x, b_raw)
+    want_ids, want_lps = s_f32.sample(x.float(), b_f32)
+    assert ids == want_ids
+    assert lps[0] is not None and want_lps[0] is not None
+    assert lps[0].logprob == want_lps[0].logprob and lps[0].top == want_lps[0].top

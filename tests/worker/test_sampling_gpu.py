@@ -60,3 +60,27 @@ def test_prompt_logprobs_and_penalties_beside_graph_decodes() -> None:
     assert [s.token_id for s in scored] == long_prompt[1:]
     for g, c in zip(scored, ref, strict=True):
         assert abs(g.logprob - c.logprob) <= 1e-3 * max(1.0, abs(c.logprob))
+
+
+def test_greedy_on_raw_bf16_logits_on_cuda_picks_the_fp32_token() -> None:
+    """The decode graphs and the piecewise steps hand the sampler raw bf16 logits, and an all-greedy
+    step takes their argmax on the device unwidened: the token is the one the fp32 widening gives,
+    ties (planted at the maximum, several per row) going to the lowest index, at the 4B's vocabulary."""
+    import torch
+
+    from engine.worker.sampler import Sampler
+
+    rows, vocab = 64, 248_320
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy((rng.standard_normal((rows, vocab)) * 4).astype(np.float32)).to(torch.bfloat16)
+    for r in range(rows):
+        top = x[r].max()
+        for j in rng.choice(vocab, size=1 + r % 4, replace=False):
+            x[r, int(j)] = top
+    x = x.cuda()
+    s = Sampler("cuda")
+    greedy = [SamplingParams(temperature=0.0)] * rows
+    ids, _ = s.sample(x, s.prepare(greedy, [0] * rows, vocab))
+    want = x.float().argmax(dim=-1).tolist()
+    lowest = [int(torch.nonzero(x[r] == x[r].max())[0]) for r in range(rows)]
+    assert ids == want == lowest

@@ -108,10 +108,10 @@ def skinny(x: torch.Tensor, w: torch.Tensor, plan: Plan | None = None) -> torch.
     return _launch(x, w, plan_for(x, w) if plan is None else plan)
 
 
-def _launch(x: torch.Tensor, w: torch.Tensor, plan: Plan) -> torch.Tensor:
+def _launch(x: torch.Tensor, w: torch.Tensor, plan: Plan, out: torch.Tensor | None = None) -> torch.Tensor:
     m, k = x.shape
     n = w.shape[0]
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)  # [M, N]
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device) if out is None else out  # [M, N]
     args = (ptr(x), ptr(w), ptr(y), i32(m), i32(n), i32(k))
     launch(kernel(SRC, plan.name), (plan.blocks,), (32 * plan.warps,), args, pdl=True)
     return y
@@ -120,9 +120,22 @@ def _launch(x: torch.Tensor, w: torch.Tensor, plan: Plan) -> torch.Tensor:
 def linear(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``Ops.linear``: x [M, K] @ w [N, K]^T -> [M, N] in x.dtype; the skinny kernel where it applies,
     ``F.linear`` elsewhere (more rows, other dtypes, strided or misaligned inputs, the CPU). With
-    ``out`` (a piecewise graph's static buffer) it is the reference's ``torch.mm`` into it."""
-    if out is not None:
-        return reference.linear(x, w, out=out)
+    ``out`` (a graph's static buffer) the same choice writes into it: the kernel when ``out`` is a
+    contiguous, 16-byte aligned [M, N] bf16 tensor, else the reference's ``torch.mm``; so a decode
+    graph's lm_head into its logits buffer computes what the eager step's does, bit for bit."""
     if why_not(x, w) is not None:
-        return F.linear(x, w)
-    return _launch(x, w, plan_for(x, w))
+        return F.linear(x, w) if out is None else reference.linear(x, w, out=out)
+    if out is not None and not _fits(out, x, w):
+        return reference.linear(x, w, out=out)
+    return _launch(x, w, plan_for(x, w), out)
+
+
+def _fits(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether the kernel can write ``out`` as its [M, N] output."""
+    return (
+        out.dtype == x.dtype
+        and tuple(out.shape) == (x.shape[0], w.shape[0])
+        and out.is_contiguous()
+        and out.data_ptr() % 16 == 0
+        and out.device == x.device
+    )
