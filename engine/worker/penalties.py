@@ -49,18 +49,19 @@ def _stop_ids(p: SamplingParams, eos_token_ids: Sequence[int]) -> list[int]:
 
 
 def adjust_logits(
-    logits: torch.Tensor,  # [S, V] fp32, not modified
+    logits: torch.Tensor,  # [S, V] fp32, or the raw bf16 / fp16 logits; not modified
     params: Sequence[SamplingParams],
     histories: Sequence[Sequence[int]],  # prompt + output so far, per row (may be empty when unused)
     num_prompt: Sequence[int],
     eos_token_ids: Sequence[int] = (),
 ) -> torch.Tensor:
-    """The logits sampling draws from; the input itself when no row adjusts anything."""
+    """The logits sampling draws from (fp32: raw bf16 logits are widened, exactly, with the copy this
+    makes anyway); the input itself when no row adjusts anything."""
     rows = [i for i, p in enumerate(params) if p.adjusts_logits]
     if not rows:
         return logits
     vocab, dev = logits.shape[-1], logits.device
-    sub = logits[rows]  # [n, V] copy
+    sub = logits[rows].float()  # [n, V] copy
     sub_params = [params[i] for i in rows]
     # A caller without histories (none needed: logit_bias only) passes none; rows then have no tokens.
     histories = [histories[i] if i < len(histories) else () for i in range(len(params))]
@@ -101,6 +102,6 @@ def adjust_logits(
         x = x - freq * counts - pres * (counts > 0).to(x.dtype)
         sub[hist_rows] = x
 
-    out = logits.clone()
+    out = logits.to(torch.float32, copy=True)
     out[rows] = sub
     return out

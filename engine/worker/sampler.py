@@ -1,10 +1,10 @@
 """Sampling on device: exact greedy, temperature / top-k / top-p / min-p, per-request seeds, logprobs.
 
 Greedy is ``argmax`` over the logits, which returns the lowest index among ties, as HF does. The
-graphs hand over their raw logits in the model dtype (bf16 on the GPU): a step whose rows are all
-greedy, with no logprobs and no logit adjustments, takes the argmax of those directly (the same token
-as of their exact fp32 widening); any other step widens them to fp32 first, as HF's ``.float()``
-does, and samples as before.
+graphs hand over their raw logits in the model dtype (bf16 on the GPU), whose fp32 widening (HF's
+``.float()``) is exact: greedy rows take the argmax of the raw values (the same token), and every fp32
+computation reads them widened on the fly (the temperature division and ``log_softmax(dtype=fp32)``
+promote; the penalties widen the rows they adjust), so no [S, vocab] fp32 copy is made for them.
 Random sampling uses the exponential-race trick (argmax of p / E with E ~ Exp(1)), which draws
 exactly from p. A seeded request draws its noise from a generator seeded by (seed, output index),
 so its tokens do not depend on which other requests share the batch, nor on preemption.
@@ -105,8 +105,9 @@ class Sampler:
 
     @staticmethod
     def _filter(logits: torch.Tensor, b: SamplingBatch) -> torch.Tensor:
-        """Temperature, then top-k, top-p and min-p masks over the random rows; returns probabilities."""
-        assert b.temperatures is not None
+        """Temperature, then top-k, top-p and min-p masks over the random rows; returns probabilities.
+        Raw bf16 logits are widened by the division (fp32 temperatures: type promotion), exactly."""
+        assert b.temperatures is not None and b.temperatures.dtype == torch.float32
         logits = logits / b.temperatures[:, None]
         if b.top_k is not None:
             sorted_desc = logits.sort(dim=-1, descending=True).values
@@ -134,8 +135,6 @@ class Sampler:
     def sample_async(self, logits: torch.Tensor, b: SamplingBatch) -> SampledTokens:
         """Sample on the device and start the copy to the host; nothing here waits for the device."""
         params, rand = b.params, b.random_rows
-        if logits.dtype != torch.float32 and (rand or b.adjusts or b.max_logprobs is not None):
-            logits = logits.float()  # exact: every bf16 / fp16 value is an fp32 value
         raw = logits
         if b.adjusts:
             logits = adjust_logits(logits, params, b.histories, b.num_prompt, self.eos_token_ids)
@@ -146,7 +145,7 @@ class Sampler:
             tokens[rand] = (probs / noise).argmax(dim=-1)
         if b.max_logprobs is None:
             return SampledTokens(tokens, params)
-        logp = torch.log_softmax(raw, dim=-1)
+        logp = torch.log_softmax(raw, dim=-1, dtype=torch.float32)  # of the widened logits
         k = b.max_logprobs
         chosen = logp.gather(1, tokens[:, None])[:, 0]
         top = logp.topk(k, dim=-1) if k else None

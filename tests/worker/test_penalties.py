@@ -120,3 +120,22 @@ def test_seeded_sampling_with_penalties_is_reproducible() -> None:
 
     a, b = draw(1), draw(2)
     assert a == b and a[0] == a[1]
+
+
+def test_raw_bf16_logits_are_adjusted_in_fp32() -> None:
+    """The graphs hand over raw bf16 logits: the adjusted rows are computed from their exact fp32
+    widening and returned in fp32 (rounded back to bf16 they would differ: a division by 1.3 and a
+    penalty of 0.37 per count are rarely bf16 values), the rows that adjust nothing widened as is."""
+    rng = np.random.default_rng(21)
+    raw = torch.from_numpy(rng.standard_normal((3, 40)).astype(np.float32) * 4).to(torch.bfloat16)
+    params = [
+        SamplingParams(repetition_penalty=1.3, frequency_penalty=0.37),
+        SamplingParams(),
+        SamplingParams(presence_penalty=0.61, bad_words=((7,),)),
+    ]
+    hist, prompt = [[1, 2, 3, 3, 9], [4], [8, 8, 11]], [2, 1, 1]
+    got = adjust_logits(raw, params, hist, prompt)
+    want = adjust_logits(raw.float(), params, hist, prompt)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    assert not torch.equal(got, got.to(torch.bfloat16).float()), "the adjustments left bf16 values"
+    assert torch.equal(got[1], raw[1].float()) and raw.dtype == torch.bfloat16

@@ -102,18 +102,22 @@ def test_greedy_on_raw_bf16_logits_equals_greedy_on_their_fp32_widening() -> Non
 def test_raw_bf16_logits_are_widened_for_logprobs_and_sampling() -> None:
     """Logprobs, seeded sampling and logit adjustments see the fp32 widening of raw bf16 logits, so
     each gives exactly what it gives on the fp32 tensor."""
-    x = _bf16_with_ties(3, 7)
+    x = _bf16_with_ties(5, 7)
     params = [
         SamplingParams(temperature=0.0, logprobs=3),
         SamplingParams(temperature=0.8, seed=11),
         SamplingParams(temperature=0.0, presence_penalty=1.5),
+        SamplingParams(temperature=1.3, seed=12, top_k=5, top_p=0.9, min_p=0.05, logprobs=2),
+        SamplingParams(temperature=0.7, seed=13, repetition_penalty=1.2, logit_bias=((4, 2.0),)),
     ]
     s_raw, s_f32 = Sampler("cpu", 5), Sampler("cpu", 5)
-    hist = ([1, 2], [3], [4, 4, 5])
-    b_raw = s_raw.prepare(params, [0, 2, 1], VOCAB, hist, [1, 1, 1])
-    b_f32 = s_f32.prepare(params, [0, 2, 1], VOCAB, hist, [1, 1, 1])
-    ids, lps = s_raw.sample(x, b_raw)
-    want_ids, want_lps = s_f32.sample(x.float(), b_f32)
-    assert ids == want_ids
-    assert lps[0] is not None and want_lps[0] is not None
-    assert lps[0].logprob == want_lps[0].logprob and lps[0].top == want_lps[0].top
+    hist = ([1, 2], [3], [4, 4, 5], [6], [4, 7, 7])
+    steps, prompt = [0, 2, 1, 3, 1], [1, 1, 1, 1, 2]
+    draws = []
+    for s, x_in in ((s_raw, x), (s_f32, x.float())):
+        draws.append([s.sample(x_in, s.prepare(params, steps, VOCAB, hist, prompt)) for _ in range(3)])
+    for (ids, lps), (want_ids, want_lps) in zip(*draws, strict=True):
+        assert ids == want_ids
+        for r in (0, 3):
+            assert lps[r] is not None and want_lps[r] is not None
+            assert lps[r].logprob == want_lps[r].logprob and lps[r].top == want_lps[r].top
