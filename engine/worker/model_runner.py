@@ -280,8 +280,8 @@ class ModelRunner:
         itemsize = torch.tensor([], dtype=self.dtype).element_size()  # every parameter is in the model dtype
         graphs = 0
         if self.graphs is not None:  # a lent logits buffer is the piecewise graphs' (counted below)
-            own = self.graphs.logits if self.graphs.owns_logits else self.graphs.logits[:0]
-            graphs = self.graphs.reserved_bytes + own.numel() * own.element_size()
+            lg = self.graphs.logits
+            graphs = self.graphs.reserved_bytes + self.graphs.owns_logits * lg.numel() * lg.element_size()
         graphs += self.piecewise.reserved_bytes if self.piecewise else 0
         return measure_split(
             weights=self.model.num_parameters() * itemsize,
