@@ -31,6 +31,7 @@ HOT = (
     "silu_mul_kernel",
     "qk_norm_rope_kv_kernel",
     "skinny_gemm_kernel",
+    "argmax_partial_kernel",
 )
 SMEM_LIMIT = 99 * 1024
 

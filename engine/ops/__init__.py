@@ -62,6 +62,9 @@ qk_norm_rope_kv(qg [T, H, 2D], k [T, Hkv, D], v [T, Hkv, D], q_norm [D], k_norm 
                 rotary_dim, theta, k_cache, v_cache, slot_mapping [T]) -> q [T, H, D]
     qg holds each head's query then its gate; exactly rms_norm(q), rms_norm(k), apply_rope(q, k) and
     write_kv(k, v, ...) in that order; the normed, rotated q comes back contiguous.
+argmax(x [S, V]) -> [S] int64
+    x.argmax(dim=-1) (the sampler's greedy token): the first NaN wins, else the largest value, ties to
+    the lowest index. Not called by the model: the runner hands it to the sampler.
 
 Optional fused op (``None`` in a table: the model composes the ops above instead):
 
@@ -93,6 +96,7 @@ OP_NAMES = (
     "add_rms_norm",
     "silu_mul",
     "qk_norm_rope_kv",
+    "argmax",
 )
 
 
@@ -114,6 +118,7 @@ class Ops:
     add_rms_norm: Callable[..., Any]
     silu_mul: Callable[..., Any]
     qk_norm_rope_kv: Callable[..., Any]
+    argmax: Callable[..., Any]
     gdn_decode: Callable[..., Any] | None = None
     backend: str = "torch"
 

@@ -22,6 +22,7 @@ PDL_EVIDENCE = "docs/bench-evidence/2026-12-01-pdl.md"
 PIECEWISE_EVIDENCE = "docs/bench-evidence/2026-12-01-piecewise.md"
 SPLIT_EVIDENCE = "docs/bench-evidence/2026-12-01-chunk-split.md"
 LAZY_EVIDENCE = "docs/bench-evidence/2026-12-02-s28.md"
+ARGMAX_EVIDENCE = "docs/bench-evidence/2026-12-02-s30.md"
 
 
 # the "op" of an arm that changes how steps launch kernels (CUDA graphs) rather than an op's kernel
@@ -171,6 +172,15 @@ ARM_LIST = (
         GEMM_EVIDENCE,
         _skinny_gemm,
     ),
+    # The sampler's greedy argmax over about two CTAs per multiprocessor instead of one per row:
+    # exactly torch's token, 0.57-0.71x its time per call, below what a decode step A/B resolves.
+    Arm(
+        "sample.argmax",
+        "argmax",
+        "greedy argmax split over the whole device, then one warp per row (else torch's argmax)",
+        False,
+        ARGMAX_EVIDENCE,
+    ),
     # Not an op variant but a launch mode of the decode graphs (engine/worker/cuda_graphs.py); the
     # kernels that support it are marked in cuda/common/pdl.cuh. sm_90 and newer, else ignored.
     # W2 TPOT 0.935x (2.98 / 2.97 -> 2.78 / 2.78 ms, alternated, A/A equal) in PDL_EVIDENCE.
@@ -235,6 +245,10 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
         from engine.ops.gemm import cuda as gemm
 
         fused["linear"] = gemm.linear
+    if "sample.argmax" in arms:
+        from engine.ops.sample import cuda as sample
+
+        fused["argmax"] = sample.argmax
     if "prefill.tensorcore" in arms:
         prefill: Callable = functools.partial(chunk.chunk_gated_delta_rule, arms=arms)
     else:

@@ -255,6 +255,10 @@ def i32(x: int) -> object:
     return numpy.int32(x)
 
 
+def i64(x: int) -> object:
+    return numpy.int64(x)
+
+
 def f32(x: float) -> object:
     return numpy.float32(x)
 

@@ -15,8 +15,10 @@ from engine.ops.gdn.reference import (
 from engine.ops.gemm.reference import linear
 from engine.ops.norm.fused_reference import add_rms_norm, qk_norm_rope_kv, silu_mul
 from engine.ops.norm.reference import gated_rms_norm, rms_norm
+from engine.ops.sample.reference import argmax
 
 __all__ = [
+    "argmax",
     "add_rms_norm",
     "apply_rope",
     "causal_conv1d_decode",

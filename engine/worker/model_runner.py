@@ -115,7 +115,7 @@ class ModelRunner:
             shared_pad_slot=self.shared_pad_slot,
             state_on_demand=self.state_on_demand,
         )
-        self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids)
+        self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids, argmax=self.model.ops.argmax)
         if use_graphs:
             before = self._settled_use()  # measured as the plan's probe was: the logits buffer included
             self.graphs = DecodeGraphs(

@@ -14,11 +14,12 @@ sampled from; logprobs are those of the model's raw logits, as vLLM reports them
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from engine.ops.sample.reference import argmax as reference_argmax
 from engine.sampling_params import SamplingParams, TokenLogprobs
 from engine.worker.penalties import adjust_logits
 
@@ -52,8 +53,17 @@ class SamplingBatch:
 
 
 class Sampler:
-    def __init__(self, device: torch.device | str, seed: int = 0, eos_token_ids: Sequence[int] = ()):
+    def __init__(
+        self,
+        device: torch.device | str,
+        seed: int = 0,
+        eos_token_ids: Sequence[int] = (),
+        argmax: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ):
+        """``argmax``: the greedy argmax (``Ops.argmax``: the model's table, a kernel on CUDA with the
+        ``sample.argmax`` arm); torch's by default."""
         self.device = torch.device(device)
+        self.argmax = argmax if argmax is not None else reference_argmax
         self.eos_token_ids = tuple(eos_token_ids)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
@@ -138,7 +148,7 @@ class Sampler:
         raw = logits
         if b.adjusts:
             logits = adjust_logits(logits, params, b.histories, b.num_prompt, self.eos_token_ids)
-        tokens = logits.argmax(dim=-1)
+        tokens = self.argmax(logits)
         if rand:
             probs = self._filter(logits[rand], b)
             noise = self._noise([params[i] for i in rand], [b.steps[i] for i in rand], logits.shape[-1])

@@ -10,17 +10,11 @@ from __future__ import annotations
 import torch
 
 from engine.ops.attention.reference import _inv_freq
-from engine.ops.compile import check_cuda, f32, i32, kernel, launch, output, ptr
+from engine.ops.compile import check_cuda, f32, i32, i64, kernel, launch, output, ptr
 
 SRC = "norm/fused.cu"
 SILU_THREADS = 256
 QK_THREADS = 128  # the qk kernel's __launch_bounds__
-
-
-def _i64(x: int) -> object:
-    import numpy
-
-    return numpy.int64(x)
 
 
 def _rows_ok(t: torch.Tensor) -> bool:
@@ -159,7 +153,7 @@ def silu_mul(gu: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         fn,
         (-(-items // SILU_THREADS),),
         (SILU_THREADS,),
-        (ptr(gu), _i64(gu.stride(0)), ptr(out), _i64(out.stride(0)), i32(n), i32(inter)),
+        (ptr(gu), i64(gu.stride(0)), ptr(out), i64(out.stride(0)), i32(n), i32(inter)),
         pdl=True,
     )
     return out
