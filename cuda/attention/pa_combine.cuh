@@ -75,8 +75,8 @@ __global__ void __launch_bounds__(D)
   const float inv = wt_all > 0.f ? 1.f / wt_all : 0.f;
   uint2 r;
   if (gate != nullptr) {
-    r.x = pack_bf16x2(gated(o4[0] * inv, lo_f(g.x)), gated(o4[1] * inv, hi_f(g.x)));
-    r.y = pack_bf16x2(gated(o4[2] * inv, lo_f(g.y)), gated(o4[3] * inv, hi_f(g.y)));
+    r.x = gated2(o4[0] * inv, o4[1] * inv, g.x);
+    r.y = gated2(o4[2] * inv, o4[3] * inv, g.y);
   } else {
     r.x = pack_bf16x2(o4[0] * inv, o4[1] * inv);
     r.y = pack_bf16x2(o4[2] * inv, o4[3] * inv);

@@ -6,12 +6,6 @@ typedef unsigned short bf16_t;  // raw bfloat16 bits (torch.bfloat16 storage)
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 __device__ __forceinline__ float bf16_to_f(bf16_t h) { return __uint_as_float(((unsigned)h) << 16); }
-__device__ __forceinline__ bf16_t f_to_bf16(float f) {
-  unsigned short r;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
-  return r;
-}
-__device__ __forceinline__ float bf16_round(float f) { return bf16_to_f(f_to_bf16(f)); }
 // x0 in the low half (the first PTX source operand fills the high half)
 __device__ __forceinline__ unsigned pack_bf16x2(float x0, float x1) {
   unsigned r;
@@ -58,13 +52,18 @@ __device__ __forceinline__ unsigned swz(int row, int chunk) {
   return (unsigned)(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
 }
 
-// the model's rounding points: bf16(attn), then bf16(attn * bf16(sigmoid(gate))). The fast exp and
-// divide are a few fp32 ulps off, far below the bf16 rounding of the sigmoid that follows; for
-// g < -88 the exp is inf and 1 / inf gives 0, the limit.
-__device__ __forceinline__ float gated(float a, float g) {
-  return bf16_round(a) * bf16_round(__fdividef(1.0f, 1.0f + __expf(-g)));
-}
 __device__ __forceinline__ float lo_f(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float hi_f(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+// The fused output gate at the model's rounding points: bf16(attn), then bf16(attn * bf16(sigmoid(gate))).
+// The fast exp and divide are a few fp32 ulps off, far below the bf16 rounding of the sigmoid that
+// follows; for g < -88 the exp is inf and 1 / inf gives 0, the limit.
+__device__ __forceinline__ float sigmoid_f(float g) { return __fdividef(1.0f, 1.0f + __expf(-g)); }
+// two adjacent outputs, packed (x0 low): each rounding takes both values in one conversion, the same
+// bits as pack_bf16x2 of bf16(a) * bf16(sigmoid(g)) computed one value at a time
+__device__ __forceinline__ unsigned gated2(float a0, float a1, unsigned g01) {
+  const unsigned a = pack_bf16x2(a0, a1);
+  const unsigned s = pack_bf16x2(sigmoid_f(lo_f(g01)), sigmoid_f(hi_f(g01)));
+  return pack_bf16x2(lo_f(a) * lo_f(s), hi_f(a) * hi_f(s));
+}
 
 }  // namespace pa

@@ -307,8 +307,7 @@ __global__ void __launch_bounds__(NW * 32)
         for (int nt = 0; nt < D / 8; ++nt) gv[nt] = gw[nt * 4];
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt)
-          dst[nt * 4] = pack_bf16x2(gated(o[nt][2 * half] * inv, lo_f(gv[nt])),
-                                    gated(o[nt][2 * half + 1] * inv, hi_f(gv[nt])));
+          dst[nt * 4] = gated2(o[nt][2 * half] * inv, o[nt][2 * half + 1] * inv, gv[nt]);
       } else {
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt)

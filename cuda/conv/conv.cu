@@ -111,14 +111,23 @@ __global__ void __launch_bounds__(THREADS, KT == 4 && VEC == 8 ? 2 : 0)
     const int t = t0 + s;
     float cur[VEC];
     unpackv(raw[s], cur);
-    float o[VEC];
+    float acc[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-      float acc = 0.f;
+      acc[e] = 0.f;
 #pragma unroll
-      for (int m = 0; m < KM - 1; ++m) acc = fmaf(w[m][e], h[m][e], acc);
-      acc = fmaf(w[KM - 1][e], cur[e], acc);
-      o[e] = bf16_round(silu_f(bf16_round(acc)));
+      for (int m = 0; m < KM - 1; ++m) acc[e] = fmaf(w[m][e], h[m][e], acc[e]);
+      acc[e] = fmaf(w[KM - 1][e], cur[e], acc[e]);
+    }
+    // The conv output is rounded to bf16 two channels per conversion, SiLU runs on it in fp32, and
+    // packv rounds the SiLU output: the same bits as rounding each value on its own, with a quarter
+    // of the conversions (this kernel's conversions and SiLU share a pipe that bounds it otherwise).
+    float o[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; e += 2) {
+      const unsigned int r = pack_bf16x2(acc[e], acc[e + 1]);
+      o[e] = silu_f(lo_bf16(r));
+      o[e + 1] = silu_f(hi_bf16(r));
     }
     if (t < len) packv(o, *reinterpret_cast<vec_t*>(out + (size_t)(start + t) * C + c0));
 #pragma unroll

@@ -78,8 +78,15 @@ __device__ __forceinline__ void conv4(const uint2& xr, const uint4* wr, const ui
 #pragma unroll
     for (int t = 0; t < 3; ++t)
       acc = fmaf(bf16_to_f((bf16_t)half_of(ww, 4 * e + t)), bf16_to_f((bf16_t)half_of(sw, 3 * e + t)), acc);
-    acc = fmaf(bf16_to_f((bf16_t)half_of(ww, 4 * e + 3)), bf16_to_f((bf16_t)half_of(xw, e)), acc);
-    out[e] = bf16_round(silu_f(bf16_round(acc)));
+    out[e] = fmaf(bf16_to_f((bf16_t)half_of(ww, 4 * e + 3)), bf16_to_f((bf16_t)half_of(xw, e)), acc);
+  }
+  // bf16(silu(bf16(conv))), two channels per conversion: the same bits as one at a time
+#pragma unroll
+  for (int e = 0; e < 4; e += 2) {
+    const unsigned int r = pack_bf16x2(out[e], out[e + 1]);
+    const unsigned int s = pack_bf16x2(silu_f(lo_bf16(r)), silu_f(hi_bf16(r)));
+    out[e] = lo_bf16(s);
+    out[e + 1] = hi_bf16(s);
   }
   unsigned int nw[6];
 #pragma unroll
@@ -273,7 +280,11 @@ __global__ void __launch_bounds__(W * 32, DecodeParams<DS_SM>::ctas_per_sm) gdn_
   delta_step(S, f_s, i0, vf, gb_s, q_scale, o);
   if (r == 0) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o_s[jc + e] = bf16_round(o[e]);
+    for (int e = 0; e < 4; e += 2) {
+      const unsigned int r = pack_bf16x2(o[e], o[e + 1]);
+      o_s[jc + e] = lo_bf16(r);
+      o_s[jc + e + 1] = hi_bf16(r);
+    }
   }
   if (live) {
 #pragma unroll
