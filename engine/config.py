@@ -35,9 +35,9 @@ class ModelConfig:
     """torch (reference ops) or cuda (CuPy kernels); auto = cuda on GPU when CuPy imports, else torch."""
     kernel_arms: tuple[str, ...] = ()
     """The full set of kernel variants (arms) to use; empty = the defaults (conv.chunk8 conv.k4
-    decode.fused prefill.tensorcore norm.fused attention.qk_fused attention.paged linear.skinny graphs.pdl
-    graphs.piecewise).
-    Also known: conv.vec4 (the registry: engine/ops/arms.py)."""
+    conv.vec4 decode.fused prefill.tensorcore prefill.split norm.fused attention.qk_fused
+    attention.paged linear.skinny graphs.pdl graphs.piecewise).
+    Also known: attention.lazy_rescale, sample.argmax (the registry: engine/ops/arms.py)."""
     max_model_len: int = 0
     """Context length (prompt + output); 0 = the model's max_position_embeddings capped at 32768."""
     seed: int = 0

@@ -22,7 +22,7 @@ PDL_EVIDENCE = "docs/bench-evidence/2026-12-01-pdl.md"
 PIECEWISE_EVIDENCE = "docs/bench-evidence/2026-12-01-piecewise.md"
 SPLIT_EVIDENCE = "docs/bench-evidence/2026-12-01-chunk-split.md"
 LAZY_EVIDENCE = "docs/bench-evidence/2026-12-02-s28.md"
-ARGMAX_EVIDENCE = "docs/bench-evidence/2026-12-02-s30.md"
+ARGMAX_EVIDENCE = VEC4_EVIDENCE = "docs/bench-evidence/2026-12-02-s30.md"
 
 
 # the "op" of an arm that changes how steps launch kernels (CUDA graphs) rather than an op's kernel
@@ -122,8 +122,11 @@ ARM_LIST = (
         True,
         SPLIT_EVIDENCE,
     ),
-    # 26% faster conv prefill at kernel level, within the A/A noise end to end (run 3): off.
-    Arm("conv.vec4", "causal_conv1d_prefill", "4 channels per thread in the conv prefill", False, EVIDENCE),
+    # Bit-identical to the 8-channel kernel. End to end within the A/A noise twice (EVIDENCE, run 3;
+    # W2 in session 23), as a ~0.1 ms prefill gain must be; a default since session 30, whose step
+    # A/B (B C C B, one device call) put prefill 2 x 1,024 at 25.27 / 25.27 ms against 25.38 / 25.43
+    # and the kernel at 29.0 vs 34.4 us (VEC4_EVIDENCE).
+    Arm("conv.vec4", "causal_conv1d_prefill", "4 channels per thread in the conv prefill", True, VEC4_EVIDENCE),
     # bf16 kernels of cuda/norm/fused.cu (kernel and model-forward numbers in FUSED_EVIDENCE) and the
     # tensor-core paged attention: together 4.35x W1 throughput end to end, every metric outside the
     # A/A band (HOT_PATH_EVIDENCE). Without them the reference compositions run.

@@ -64,6 +64,7 @@ def test_arm_registry_entries_are_complete():
     assert DEFAULT_ARMS == {
         "conv.chunk8",
         "conv.k4",
+        "conv.vec4",
         "decode.fused",
         "prefill.tensorcore",
         "prefill.split",
