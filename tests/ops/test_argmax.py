@@ -142,6 +142,9 @@ def test_strided_views_and_fallbacks(dtype: torch.dtype) -> None:
     odd = wide[:, 1:4097]  # misaligned start: torch runs it
     assert not sample.takes(odd)
     assert torch.equal(sample.argmax(odd), odd.argmax(dim=-1))
+    ragged = wide[:, :4099]  # not a whole number of vectors: torch runs it
+    assert not sample.takes(ragged)
+    assert torch.equal(sample.argmax(ragged), ragged.argmax(dim=-1))
     cols = wide.t()[:100, :16]  # column-strided: torch runs it
     assert not sample.takes(cols)
     assert torch.equal(sample.argmax(cols), cols.argmax(dim=-1))
