@@ -120,8 +120,8 @@ __global__ void __launch_bounds__(THREADS, KT == 4 && VEC == 8 ? 2 : 0)
       acc[e] = fmaf(w[KM - 1][e], cur[e], acc[e]);
     }
     // The conv output is rounded to bf16 two channels per conversion, SiLU runs on it in fp32, and
-    // packv rounds the SiLU output: the same bits as rounding each value on its own, with a quarter
-    // of the conversions (this kernel's conversions and SiLU share a pipe that bounds it otherwise).
+    // packv rounds the SiLU output: the same bits as rounding each value on its own (twice), with a
+    // quarter of the conversions; ~10% faster on the H200 (docs/bench-evidence/2026-12-02-s30.md).
     float o[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; e += 2) {

@@ -22,7 +22,10 @@ __device__ __forceinline__ uint2 gated_norm_row4(const float* xf, const uint2& z
     const bf16_t* w = static_cast<const bf16_t*>(weight) + c0;
     const unsigned int p01 = pack_bf16x2(bf16_to_f(w[0]) * wy[0], bf16_to_f(w[1]) * wy[1]);
     const unsigned int p23 = pack_bf16x2(bf16_to_f(w[2]) * wy[2], bf16_to_f(w[3]) * wy[3]);
-    wy[0] = lo_bf16(p01), wy[1] = hi_bf16(p01), wy[2] = lo_bf16(p23), wy[3] = hi_bf16(p23);
+    wy[0] = lo_bf16(p01);
+    wy[1] = hi_bf16(p01);
+    wy[2] = lo_bf16(p23);
+    wy[3] = hi_bf16(p23);
   } else {
 #pragma unroll
     for (int e = 0; e < 4; ++e) wy[e] *= static_cast<const float*>(weight)[c0 + e];
