@@ -126,7 +126,13 @@ ARM_LIST = (
     # W2 in session 23), as a ~0.1 ms prefill gain must be; a default since session 30, whose step
     # A/B (B C C B, one device call) put prefill 2 x 1,024 at 25.27 / 25.27 ms against 25.38 / 25.43
     # and the kernel at 29.0 vs 34.4 us (VEC4_EVIDENCE).
-    Arm("conv.vec4", "causal_conv1d_prefill", "4 channels per thread in the conv prefill", True, VEC4_EVIDENCE),
+    Arm(
+        "conv.vec4",
+        "causal_conv1d_prefill",
+        "4 channels per thread in the conv prefill",
+        True,
+        VEC4_EVIDENCE,
+    ),
     # bf16 kernels of cuda/norm/fused.cu (kernel and model-forward numbers in FUSED_EVIDENCE) and the
     # tensor-core paged attention: together 4.35x W1 throughput end to end, every metric outside the
     # A/A band (HOT_PATH_EVIDENCE). Without them the reference compositions run.
