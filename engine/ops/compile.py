@@ -121,6 +121,14 @@ def device_cc() -> int:
 
 
 @functools.cache
+def sm_count(index: int) -> int:
+    """Streaming multiprocessors of CUDA device ``index`` (what the launch plans size their grids by)."""
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+@functools.cache
 def arch_params(cc: int | None = None) -> ArchParams:
     """The table row for ``cc``: the newest row not newer than the device (sm_89 uses sm_80's)."""
     cc = device_cc() if cc is None else cc

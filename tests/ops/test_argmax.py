@@ -15,6 +15,7 @@ import torch
 
 from engine.ops import make_ops
 from engine.ops import reference as ref
+from engine.ops.compile import sm_count
 from engine.ops.sample import cuda as sample
 
 VOCABS = [248320, 151936, 4096 + 8, 1000]
@@ -78,7 +79,7 @@ def _plant(x: torch.Tensor, rng: np.random.Generator) -> None:
     """Row by row: ties of the row's maximum straddling the chunk boundaries, NaNs, all -inf, +inf."""
     rows, vocab = x.shape
     vec = 8 if x.dtype == torch.bfloat16 else 4
-    splits, chunk = sample.plan(rows, vocab, vec, torch.cuda.get_device_properties(0).multi_processor_count)
+    splits, chunk = sample.plan(rows, vocab, vec, sm_count(0))
     top = float(x.float().max()) + 1.0
     for r in range(rows):
         kind = r % 6

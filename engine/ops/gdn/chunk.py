@@ -32,6 +32,7 @@ from engine.ops.compile import (
     output,
     ptr,
     read_source,
+    sm_count,
     tuning_row,
 )
 from engine.ops.gdn import chunk_split
@@ -51,11 +52,6 @@ def chunk_params(cc: int | None = None) -> tuple[int, int]:
 def smem_bytes(dvb: int) -> int:
     """Dynamic shared memory of one CTA (Smem<DVB>::BYTES in the .cu, static_assert'ed there)."""
     return 72256 + 128 * dvb
-
-
-@functools.cache
-def _num_sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def pick_dvb(num_ctas_full: int, sms: int, arms: frozenset[str]) -> int:
@@ -140,7 +136,7 @@ def chunk_gated_delta_rule(
         return out
     v = _vec16(v)
     qsl, slots, hinit = as_i32(query_start_loc), as_i32(state_slot), as_u8(has_initial_state)
-    sms = _num_sms(v.device.index or 0)
+    sms = sm_count(v.device.index or 0)
     st = STATE_TYPES[ssm_state.dtype]
     if "chunk.profile" not in arms and chunk_split.use_split(B, nv, T, int(max_query_len), sms, arms):
         kw = {"nk": nk, "nv": nv, "st": st, "sms": sms, "arms": arms}

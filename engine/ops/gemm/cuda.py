@@ -8,13 +8,12 @@ capturable once its instantiation is compiled (the model's warm-up forward does 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from engine.ops.compile import device_cc, i32, kernel, launch, ptr, tuning_row
+from engine.ops.compile import device_cc, i32, kernel, launch, ptr, sm_count, tuning_row
 from engine.ops.gemm import reference
 
 SRC = "gemm/skinny.cu"
@@ -88,15 +87,10 @@ def make_plan(
     return Plan(rows, tiles, warps, unroll, blocks)
 
 
-@functools.cache
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 def plan_for(x: torch.Tensor, w: torch.Tensor) -> Plan:
     dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
     m, k = x.shape
-    return make_plan(m, w.shape[0], k, _sm_count(dev), tuning_row(SRC, TABLE, device_cc()))
+    return make_plan(m, w.shape[0], k, sm_count(dev), tuning_row(SRC, TABLE, device_cc()))
 
 
 def skinny(x: torch.Tensor, w: torch.Tensor, plan: Plan | None = None) -> torch.Tensor:

@@ -10,11 +10,9 @@ does not take (CPU, other dtypes, unaligned or strided rows) go to torch's argma
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
-from engine.ops.compile import i32, i64, kernel, launch, ptr
+from engine.ops.compile import i32, i64, kernel, launch, ptr, sm_count
 
 SRC = "sample/argmax.cu"
 THREADS = 256
@@ -22,11 +20,6 @@ UNROLL = 4  # vectors in flight per thread (the instantiation's third parameter)
 PART_BYTES = 8  # ArgBest: float value, int index
 _TYPES = {torch.bfloat16: ("bf16_t", 8), torch.float32: ("float", 4)}  # (kernel type, values per 16 B)
 MAX_ROWS = 65535  # grid y
-
-
-@functools.cache
-def _sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def plan(rows: int, vocab: int, vec: int, sms: int) -> tuple[int, int]:
@@ -62,7 +55,7 @@ def argmax(x: torch.Tensor) -> torch.Tensor:
         return x.argmax(dim=-1)
     rows, vocab = x.shape
     name, vec = _TYPES[x.dtype]
-    splits, chunk = plan(rows, vocab, vec, _sms(x.device.index or 0))
+    splits, chunk = plan(rows, vocab, vec, sm_count(x.device.index or 0))
     part = torch.empty(rows * splits * PART_BYTES, dtype=torch.uint8, device=x.device)
     out = torch.empty(rows, dtype=torch.int64, device=x.device)
     fn = kernel(SRC, f"argmax_partial_kernel<{name}, {THREADS}, {UNROLL}>")
