@@ -32,6 +32,8 @@ HOT = (
     "qk_norm_rope_kv_kernel",
     "skinny_gemm_kernel",
     "argmax_partial_kernel",
+    "gated_rms_norm_kernel",
+    "gated_rms_norm2_kernel",
 )
 SMEM_LIMIT = 99 * 1024
 

@@ -139,3 +139,28 @@ def test_gated_rms_norm_reads_head_strided_rows():
     own = x.clone()
     norm.gated_rms_norm(own, z, w, 1e-6, out=own)
     assert torch.equal(own.view(-1, dv), flat)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wdtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 4003])
+def test_two_rows_per_warp_give_the_one_row_kernels_bits(wdtype, n):
+    """gated_rms_norm2_kernel (a half warp per row, 8 values a lane) reduces each row's squares in
+    gated_norm_row4's order, so it gives the one-row kernel's bits (K4's epilogue is that one) on
+    every row count (a warp's second row past the end included), head-strided rows and in place."""
+    g = torch.Generator(device=DEV).manual_seed(n)
+    x = (torch.randn(n, 128, device=DEV, generator=g) * 3).to(torch.bfloat16)
+    z = torch.randn(n, 3 * 128, device=DEV, generator=g).to(torch.bfloat16)[:, 128:256]
+    w = (torch.rand(128, device=DEV, generator=g) + 0.5).to(wdtype)
+    one = norm.gated_rms_norm(x, z, w, 1e-6, per_lane=4)
+    two = twice(lambda: norm.gated_rms_norm(x, z, w, 1e-6), [], ((n, 128), torch.bfloat16))
+    assert torch.equal(one, two)
+    assert rel(two, ref.gated_rms_norm(x, z, w, 1e-6)) < 2e-3
+    own = x.clone()
+    norm.gated_rms_norm(own, z, w, 1e-6, out=own)
+    assert torch.equal(own, one)
+    # a misaligned z (8-byte) falls back to the one-row kernel: still the same bits
+    zz = torch.randn(n, 2 * 128 + 4, device=DEV, generator=g).to(torch.bfloat16)[:, 4:132]
+    assert torch.equal(norm.gated_rms_norm(x, zz, w, 1e-6), norm.gated_rms_norm(x, zz, w, 1e-6, per_lane=4))
+    with pytest.raises(ValueError, match="per_lane must be 4 or 8"):
+        norm.gated_rms_norm(x, z, w, 1e-6, per_lane=2)

@@ -24,10 +24,17 @@ def _rows(op: str, name: str, t: torch.Tensor, dv: int) -> tuple[torch.Tensor, i
     return t, stride, heads
 
 
-def gated_rms_norm(x, z, weight, eps, out=None):
+def _aligned16(t: torch.Tensor, stride: int) -> bool:
+    return t.data_ptr() % 16 == 0 and stride % 8 == 0
+
+
+def gated_rms_norm(x, z, weight, eps, out=None, *, per_lane: int = 8):
     """x, z [N, dv] (row strides allowed) or [T, H, dv] (token strides allowed) bf16, weight [dv] bf16
     or fp32 -> x's shape bf16, written into ``out`` (N * dv contiguous values) when given; ``out`` may
-    be x itself (in place)."""
+    be x itself (in place).
+
+    ``per_lane`` 8: two rows per warp, 16-byte loads (``gated_rms_norm2_kernel``) wherever x, z, out
+    and the weight are 16-byte aligned, else (or with 4) one row per warp; both give the same bits."""
     op = "gated_rms_norm"
     check_cuda(f"{op} x", x, torch.bfloat16)
     check_cuda(f"{op} z", z, torch.bfloat16)
@@ -48,9 +55,21 @@ def gated_rms_norm(x, z, weight, eps, out=None):
     out = output(op, out, (N, dv), x.dtype, x.device)
     if N == 0:
         return out.reshape(shape)
+    if per_lane not in (4, 8):
+        raise ValueError(f"{op}: per_lane must be 4 or 8, got {per_lane}")
     warps = arch_params().norm_warps
     wb = "true" if weight.dtype == torch.bfloat16 else "false"
-    fn = kernel(SRC, f"gated_rms_norm_kernel<{dv}, {warps}, {wb}>")
     args = (ptr(x2), i32(xs), i32(xh), ptr(z2), i32(zs), i32(zh), ptr(weight), ptr(out), i32(N), f32(eps))
-    launch(fn, (-(-N // warps),), (warps * 32,), args)
+    two = per_lane == 8 and _aligned16(x2, xs) and _aligned16(z2, zs) and _aligned16(out, 8)
+    if two and weight.data_ptr() % 16 == 0:
+        launch(
+            kernel(SRC, f"gated_rms_norm2_kernel<{dv}, {warps}, {wb}>"),
+            (-(-N // (2 * warps)),),
+            (warps * 32,),
+            args,
+        )
+    else:
+        launch(
+            kernel(SRC, f"gated_rms_norm_kernel<{dv}, {warps}, {wb}>"), (-(-N // warps),), (warps * 32,), args
+        )
     return out.reshape(shape)
