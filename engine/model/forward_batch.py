@@ -80,74 +80,81 @@ class ForwardBatch:
         Decodes (one new token, ``num_computed > 0``) must come first; this is checked.
         ``all_logits`` returns logits for every token (tests compare whole prefills).
         """
-        if not seqs:
-            raise ValueError("ForwardBatch needs at least one sequence")
-        # Checks and per-sequence values in one pass over the sequences; the per-token arrays (ids,
-        # positions, KV slots) are built by numpy, since a 2,048-token step would cost the host a
-        # Python iteration per token.
-        lens: list[int] = []
-        num_decodes = 0
-        seen_prefill = False
-        for s in seqs:
-            n = len(s.token_ids)
-            if n == 0:
-                raise ValueError("a scheduled sequence has no new tokens")
-            if s.state_slot < 1:
-                raise ValueError(f"state slot {s.state_slot} is reserved")
-            total = s.num_computed + n
-            if len(s.block_ids) * block_size < total:
-                raise ValueError(f"block table covers {len(s.block_ids) * block_size} tokens, need {total}")
-            if s.is_decode and not seen_prefill:
-                num_decodes += 1
-            elif s.is_decode:
-                raise ValueError("decodes must come before prefills in a ForwardBatch")
-            else:
-                seen_prefill = True
-            lens.append(n)
-        computed = [s.num_computed for s in seqs]
-        seq_lens = [c + n for c, n in zip(computed, lens, strict=True)]
-        qsl = [0, *itertools.accumulate(lens)]
-        num_tokens = qsl[-1]
-        max_blocks = max(len(s.block_ids) for s in seqs)
-        table = np.zeros((len(seqs), max_blocks), dtype=np.int32)
-        for i, s in enumerate(seqs):
-            table[i, : len(s.block_ids)] = s.block_ids
-        ids = np.fromiter(itertools.chain.from_iterable(s.token_ids for s in seqs), np.int64, num_tokens)
-        row = np.repeat(np.arange(len(seqs)), lens)  # the sequence of each token
-        pos = np.arange(num_tokens, dtype=np.int64) + np.repeat(
-            np.asarray(computed, dtype=np.int64) - np.asarray(qsl[:-1], dtype=np.int64), lens
-        )
-        slots = table[row, pos // block_size].astype(np.int64) * block_size + pos % block_size
-        if all_logits:
-            logits_idx = np.arange(num_tokens, dtype=np.int64)
-        else:
-            logits_idx = np.asarray(
-                [end - 1 for end, s in zip(qsl[1:], seqs, strict=True) if s.sample], np.int64
-            )
-        host: dict[str, np.ndarray] = {
-            "input_ids": ids,
-            "positions": pos,
-            "query_start_loc": np.asarray(qsl, np.int32),
-            "seq_lens": np.asarray(seq_lens, np.int32),
-            "num_computed": np.asarray(computed, np.int32),
-            "block_table": table,
-            "slot_mapping": slots,
-            "state_slot": np.asarray([s.state_slot for s in seqs], np.int32),
-            "has_initial_state": np.asarray([s.num_computed > 0 for s in seqs], np.bool_),
-            "logits_indices": logits_idx,
-        }
+        host, ints = host_arrays(seqs, block_size, all_logits)
         tensors: dict[str, Any] = dict(zip(host, to_device(list(host.values()), device), strict=True))
-        return ForwardBatch(
-            **tensors,
-            num_decodes=num_decodes,
-            max_query_len=max(lens),
-            max_seq_len=max(seq_lens),
-            query_start_loc_cpu=tuple(qsl),
-            seq_lens_cpu=tuple(seq_lens),
-            num_computed_cpu=tuple(computed),
-            block_size=block_size,
-            max_state_slot=max(s.state_slot for s in seqs),
-        )
+        return ForwardBatch(**tensors, **ints, block_size=block_size)
+
+
+def host_arrays(
+    seqs: Sequence[SeqSpec], block_size: int, all_logits: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """A batch's per-token and per-sequence arrays on the host, named as ForwardBatch's tensors, and
+    its host-side fields (``ForwardBatch.build`` copies the arrays to the device; the prefill graphs,
+    engine/worker/prefill_graphs.py, copy them into a graph's static buffers)."""
+    if not seqs:
+        raise ValueError("ForwardBatch needs at least one sequence")
+    # Checks and per-sequence values in one pass over the sequences; the per-token arrays (ids,
+    # positions, KV slots) are built by numpy, since a 2,048-token step would cost the host a
+    # Python iteration per token.
+    lens: list[int] = []
+    num_decodes = 0
+    seen_prefill = False
+    for s in seqs:
+        n = len(s.token_ids)
+        if n == 0:
+            raise ValueError("a scheduled sequence has no new tokens")
+        if s.state_slot < 1:
+            raise ValueError(f"state slot {s.state_slot} is reserved")
+        total = s.num_computed + n
+        if len(s.block_ids) * block_size < total:
+            raise ValueError(f"block table covers {len(s.block_ids) * block_size} tokens, need {total}")
+        if s.is_decode and not seen_prefill:
+            num_decodes += 1
+        elif s.is_decode:
+            raise ValueError("decodes must come before prefills in a ForwardBatch")
+        else:
+            seen_prefill = True
+        lens.append(n)
+    computed = [s.num_computed for s in seqs]
+    seq_lens = [c + n for c, n in zip(computed, lens, strict=True)]
+    qsl = [0, *itertools.accumulate(lens)]
+    num_tokens = qsl[-1]
+    max_blocks = max(len(s.block_ids) for s in seqs)
+    table = np.zeros((len(seqs), max_blocks), dtype=np.int32)
+    for i, s in enumerate(seqs):
+        table[i, : len(s.block_ids)] = s.block_ids
+    ids = np.fromiter(itertools.chain.from_iterable(s.token_ids for s in seqs), np.int64, num_tokens)
+    row = np.repeat(np.arange(len(seqs)), lens)  # the sequence of each token
+    pos = np.arange(num_tokens, dtype=np.int64) + np.repeat(
+        np.asarray(computed, dtype=np.int64) - np.asarray(qsl[:-1], dtype=np.int64), lens
+    )
+    slots = table[row, pos // block_size].astype(np.int64) * block_size + pos % block_size
+    if all_logits:
+        logits_idx = np.arange(num_tokens, dtype=np.int64)
+    else:
+        logits_idx = np.asarray([end - 1 for end, s in zip(qsl[1:], seqs, strict=True) if s.sample], np.int64)
+    host: dict[str, np.ndarray] = {
+        "input_ids": ids,
+        "positions": pos,
+        "query_start_loc": np.asarray(qsl, np.int32),
+        "seq_lens": np.asarray(seq_lens, np.int32),
+        "num_computed": np.asarray(computed, np.int32),
+        "block_table": table,
+        "slot_mapping": slots,
+        "state_slot": np.asarray([s.state_slot for s in seqs], np.int32),
+        "has_initial_state": np.asarray([s.num_computed > 0 for s in seqs], np.bool_),
+        "logits_indices": logits_idx,
+    }
+    ints = {
+        "num_decodes": num_decodes,
+        "max_query_len": max(lens),
+        "max_seq_len": max(seq_lens),
+        "query_start_loc_cpu": tuple(qsl),
+        "seq_lens_cpu": tuple(seq_lens),
+        "num_computed_cpu": tuple(computed),
+        "max_state_slot": max(s.state_slot for s in seqs),
+    }
+    return host, ints
 
 
 _TORCH = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32, np.dtype(np.bool_): torch.bool}
@@ -162,16 +169,33 @@ def to_device(arrays: list[np.ndarray], device: torch.device | str) -> list[torc
     from torch's caching host allocator, which keeps it until the copy has run."""
     if torch.device(device).type != "cuda":
         return [torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in arrays]
+    host, offsets = pack_pinned(arrays)
+    return unpack(host.to(device, non_blocking=True), arrays, offsets)
+
+
+def pack_pinned(arrays: list[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
+    """The arrays in one pinned uint8 host buffer, each at an 8-byte aligned offset -> (buffer,
+    offsets). Arrays of the same shapes and dtypes always get the same offsets."""
+    offsets, total = layout(arrays)
+    host = torch.empty(total, dtype=torch.uint8, pin_memory=True)
+    raw = host.numpy()
+    for a, off in zip(arrays, offsets, strict=True):
+        raw[off : off + a.nbytes] = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
+    return host, offsets
+
+
+def layout(arrays: list[np.ndarray]) -> tuple[list[int], int]:
+    """(offsets, total bytes) of :func:`pack_pinned`'s buffer: each array at an 8-byte aligned offset."""
     offsets, total = [], 0
     for a in arrays:
         offsets.append(total)
         total += -(-a.nbytes // 8) * 8
-    host = torch.empty(max(total, 8), dtype=torch.uint8, pin_memory=True)
-    raw = host.numpy()
-    for a, off in zip(arrays, offsets, strict=True):
-        raw[off : off + a.nbytes] = np.ascontiguousarray(a).view(np.uint8).reshape(-1)
-    dev = host.to(device, non_blocking=True)
+    return offsets, max(total, 8)
+
+
+def unpack(buf: torch.Tensor, arrays: list[np.ndarray], offsets: list[int]) -> list[torch.Tensor]:
+    """Views of a uint8 buffer laid out by :func:`pack_pinned`, with the arrays' dtypes and shapes."""
     return [
-        dev[off : off + a.nbytes].view(_TORCH[a.dtype]).view(a.shape)
+        buf[off : off + a.nbytes].view(_TORCH[a.dtype]).view(a.shape)
         for a, off in zip(arrays, offsets, strict=True)
     ]

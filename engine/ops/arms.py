@@ -23,6 +23,7 @@ PIECEWISE_EVIDENCE = "docs/bench-evidence/2026-12-01-piecewise.md"
 SPLIT_EVIDENCE = "docs/bench-evidence/2026-12-01-chunk-split.md"
 LAZY_EVIDENCE = "docs/bench-evidence/2026-12-02-s28.md"
 ARGMAX_EVIDENCE = VEC4_EVIDENCE = "docs/bench-evidence/2026-12-02-s30.md"
+PREFILL_GRAPH_EVIDENCE = "docs/bench-evidence/2026-12-03-s31.md"
 
 
 # the "op" of an arm that changes how steps launch kernels (CUDA graphs) rather than an op's kernel
@@ -211,8 +212,22 @@ ARM_LIST = (
         True,
         PIECEWISE_EVIDENCE,
     ),
+    # A launch mode on top of graphs.piecewise: a step of one prefill sequence replays one whole-step
+    # graph per token bucket (engine/worker/prefill_graphs.py) instead of the pieces with eager cores.
+    Arm(
+        "graphs.prefill",
+        LAUNCH_MODE,
+        "whole-step CUDA graphs for prefill steps of one sequence (needs graphs.piecewise, attention.paged)",
+        False,
+        PREFILL_GRAPH_EVIDENCE,
+        _attention_head_dim,
+    ),
 )
 ARMS: dict[str, Arm] = {a.name: a for a in ARM_LIST}
+# Arms that only work on top of others: the whole-step prefill graphs use the piecewise graphs' buffers
+# and pool, and their grids need the paged attention kernel (the reference attention pads every row's
+# KV to the bound the graph is planned for, the longest block table).
+NEEDS: dict[str, frozenset[str]] = {"graphs.prefill": frozenset({"graphs.piecewise", "attention.paged"})}
 DEFAULT_ARMS = frozenset(a.name for a in ARM_LIST if a.default)
 
 
@@ -273,7 +288,8 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
 
 
 def usable_arms(arms: frozenset[str], shapes: KernelShapes) -> tuple[frozenset[str], list[str]]:
-    """``arms`` minus those this model's shapes rule out, and one note per dropped arm."""
+    """``arms`` minus those this model's shapes rule out and those whose base arms are missing (after
+    the shapes' rule), and one note per dropped arm."""
     check_known(arms)
     notes, keep = [], set()
     for name in sorted(arms):
@@ -282,6 +298,10 @@ def usable_arms(arms: frozenset[str], shapes: KernelShapes) -> tuple[frozenset[s
             keep.add(name)
         else:
             notes.append(f"kernel arm {name} {why}: running without it")
+    for name, base in NEEDS.items():
+        if name in keep and not base <= keep:
+            keep.discard(name)
+            notes.append(f"kernel arm {name} builds on {' and '.join(sorted(base))}: running without it")
     return frozenset(keep), notes
 
 

@@ -283,3 +283,20 @@ def shrink_thread_stacks(device: Any, stack_bytes: int = STACK_BYTES) -> tuple[i
         freed / 2**20,
     )
     return before, now, freed
+
+
+def device_total(device: Any, limit_text: str) -> int:
+    """The device's memory, or --device-memory-limit (torch's allocator is then capped there)."""
+    import torch
+
+    total = torch.cuda.mem_get_info(device)[1]
+    limit = parse_bytes(limit_text, "--device-memory-limit")
+    if not limit or limit >= total:
+        return total
+    # what lies outside torch's allocator (the CUDA context) counts against the limit too
+    outside = total - torch.cuda.mem_get_info(device)[0] - torch.cuda.memory_reserved(device)
+    # the hard wall is the card itself; --gpu-memory-utilization is the planning target under it
+    cap = (limit - outside) / total
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction(max(cap, 0.01), index)
+    return limit

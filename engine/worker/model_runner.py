@@ -27,6 +27,7 @@ from engine.worker.cuda_graphs import DecodeGraphs, PoolHandle, capture_stream
 from engine.worker.launched import Launched, patch_inputs, read_eos_ids
 from engine.worker.memory import (
     MemorySplit,
+    device_total,
     gib,
     log_startup,
     measure_split,
@@ -37,6 +38,7 @@ from engine.worker.memory import (
     workspace_reserve,
 )
 from engine.worker.piecewise import PiecewiseGraphs, build_piecewise
+from engine.worker.prefill_graphs import PrefillGraphs
 from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
 from engine.worker.resolve import resolve_cache, resolve_model
 from engine.worker.sampler import Sampler
@@ -93,6 +95,8 @@ class ModelRunner:
         self.graphs: DecodeGraphs | None = None
         # arm graphs.piecewise: mixed and prefill steps (built by _plan_cuda, kept for serving)
         self.piecewise: PiecewiseGraphs | None = None
+        self.prefill_graphs: PrefillGraphs | None = None  # arm graphs.prefill: lone prompts, whole steps
+        self._prefill_pool = 0  # what their probe grew the shared graph pool by (the real capture reuses it)
         self._graph_plan = 0  # device bytes the memory plan reserved for the decode graphs
         self.graph_bytes = 0  # what capturing them took (device-wide, measured at start-up)
         use_graphs = self.device.type == "cuda" and not mc.enforce_eager
@@ -131,6 +135,9 @@ class ModelRunner:
                 self.graphs.capture_all()
             else:
                 self.graphs.capture_largest()
+            self.prefill_graphs = self._prefill_graphs(
+                self.cache, max_blocks, mc.cuda_graph_capture == "startup"
+            )
             self.graph_bytes = self._settled_use() - before
             log.info(
                 "decode graphs: %d captured, %.0f MiB on the device (the memory plan reserved %.0f MiB)",
@@ -151,20 +158,6 @@ class ModelRunner:
         """One GDN state slot over every layer: conv state in the model dtype, recurrent in the ssm dtype."""
         return state_bytes_per_slot(self.cache_spec, self.dtype, self.ssm_dtype)
 
-    def _device_total(self, config: EngineConfig) -> int:
-        """The device's memory, or --device-memory-limit (torch's allocator is then capped there)."""
-        total = torch.cuda.mem_get_info(self.device)[1]
-        limit = parse_bytes(config.cache.device_memory_limit, "--device-memory-limit")
-        if not limit or limit >= total:
-            return total
-        # what lies outside torch's allocator (the CUDA context) counts against the limit too
-        outside = total - torch.cuda.mem_get_info(self.device)[0] - torch.cuda.memory_reserved(self.device)
-        # the hard wall is the card itself; --gpu-memory-utilization is the planning target under it
-        cap = (limit - outside) / total
-        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        torch.cuda.set_per_process_memory_fraction(max(cap, 0.01), index)
-        return limit
-
     def _used(self) -> int:
         free, total = torch.cuda.mem_get_info(self.device)
         return total - free
@@ -172,7 +165,7 @@ class ModelRunner:
     def _plan_cuda(self, config: EngineConfig, use_graphs: bool, max_blocks: int) -> tuple[int, int]:
         """(state slots, KV blocks), both with their reserved index 0, under the memory budget."""
         bs, sc, cc = self.block_size, config.scheduler, config.cache
-        total = self._total = self._device_total(config)
+        total = self._total = device_total(self.device, config.cache.device_memory_limit)
         budget = int(total * cc.gpu_memory_utilization)
         # Profile forwards on a small pool: the full-budget prefill and the other step shapes of
         # engine/worker/warmup.py (their kernels built now, not in a live step); the peak over them
@@ -254,6 +247,14 @@ class ModelRunner:
         pw = self.piecewise
         return pw.logits_buffer(max_seqs, self.vocab_size) if pw is not None else None
 
+    def _prefill_graphs(self, cache: ModelCache, max_blocks: int, every: bool) -> PrefillGraphs | None:
+        """Arm graphs.prefill's graphs over ``cache``: every bucket captured (``every``) or the largest."""
+        if self.piecewise is None or "graphs.prefill" not in self.model_config.kernel_arms:
+            return None
+        pg = PrefillGraphs(self.piecewise, cache, max_blocks, pdl=self.pdl)
+        pg.capture_all() if every else pg.capture(self.piecewise.buckets[-1])
+        return pg
+
     def _probe_graphs(self, max_seqs: int, max_blocks: int, every: bool) -> int:
         """Device bytes the decode graphs will hold, measured on the profile pool: the graphs the
         server captures at start-up (``every``: all of them; lazy: the largest) captured here and
@@ -269,8 +270,10 @@ class ModelRunner:
             probe.capture_all()
         else:
             probe.capture_largest()
+        prefill = self._prefill_graphs(self.cache, max_blocks, every)
+        self._prefill_pool = prefill.reserved_bytes if prefill is not None else 0
         held = self._settled_use()
-        del probe
+        del probe, prefill
         # what releasing them frees: first-use costs that stay (the capture stream's cuBLAS
         # workspace, loaded modules) are already in the plan's reading of the memory in use
         return max(0, held - self._settled_use())
@@ -283,6 +286,7 @@ class ModelRunner:
             lg = self.graphs.logits
             graphs = self.graphs.reserved_bytes + self.graphs.owns_logits * lg.numel() * lg.element_size()
         graphs += self.piecewise.reserved_bytes if self.piecewise else 0
+        graphs += max(self._prefill_pool, self.prefill_graphs.reserved_bytes) if self.prefill_graphs else 0
         return measure_split(
             weights=self.model.num_parameters() * itemsize,
             kv_cache=self.num_kv_blocks * kv_bytes_per_block(self.cache_spec, self.block_size, self.dtype),
@@ -331,8 +335,12 @@ class ModelRunner:
         # A scoring step keeps every prompt row's hidden state, so it is never a decode graph; it runs
         # piecewise (or eagerly) like a prefill.
         key = self.graphs.bucket(seqs) if self.graphs is not None and not scoring else None
+        pg = self.prefill_graphs if not scoring and feed is None else None
+        tb = pg.bucket(seqs) if pg is not None else None
         if key is not None:
             logits = self.graphs.run(seqs, key, lambda ids: patch_inputs(ids, feed))  # type: ignore[union-attr]
+        elif tb is not None:
+            logits = pg.run(seqs[0], tb)  # type: ignore[union-attr]
         else:
             fb = ForwardBatch.build(seqs, self.block_size, self.device)
             patch_inputs(fb.input_ids, feed)
