@@ -252,7 +252,7 @@ class ModelRunner:
         if self.piecewise is None or "graphs.prefill" not in self.model_config.kernel_arms:
             return None
         pg = PrefillGraphs(self.piecewise, cache, max_blocks, pdl=self.pdl)
-        pg.capture_all() if every else pg.capture(self.piecewise.buckets[-1])
+        pg.capture_all() if every else pg.capture(pg.buckets[-1])
         return pg
 
     def _probe_graphs(self, max_seqs: int, max_blocks: int, every: bool) -> int:

@@ -42,6 +42,12 @@ from engine.worker.piecewise import PiecewiseGraphs
 
 log = logging.getLogger(__name__)
 
+# Lone prompts up to this many tokens take the graphs. Above it the step waits on the device, not the
+# host (a 2,048-token prefill: ~9 ms to queue piecewise against ~25 ms on the H200), while the largest
+# graph sets how far the shared pool grows (its conv output and the delta rule's chunk entries: ~70 MB
+# at 2,048 tokens, half that at 1,024), which W1's peak memory pays for (session 31, run 3).
+MAX_TOKENS = 1024
+
 
 def padded_arrays(
     seq: SeqSpec, block_size: int, tokens: int, blocks: int
@@ -83,9 +89,10 @@ class _Graph:
 
 
 class PrefillGraphs:
-    """One whole-step graph per token bucket of the piecewise graphs ``pw`` (whose static buffers,
-    scratch and pool they use), for steps of one prefill sequence. ``capture=False`` runs the same
-    steps eagerly on the same static buffers: the oracle a replay is compared with bit for bit."""
+    """One whole-step graph per token bucket of the piecewise graphs ``pw`` up to ``MAX_TOKENS`` (over
+    their static buffers, scratch and pool), for steps of one prefill sequence. ``capture=False`` runs
+    the same steps eagerly on the same static buffers: the oracle a replay is compared with bit for
+    bit."""
 
     def __init__(
         self, pw: PiecewiseGraphs, cache: ModelCache, max_blocks: int, *, pdl: bool, capture: bool = True
@@ -94,6 +101,7 @@ class PrefillGraphs:
         self.model = pw.model
         self.block_size = cache.block_size
         self.max_blocks = max_blocks
+        self.buckets = tuple(b for b in pw.buckets if b <= MAX_TOKENS)
         self.graphs: dict[int, _Graph] = {}
         self.reserved_bytes = 0  # torch memory the captures grew (the shared graph pool)
 
@@ -101,7 +109,8 @@ class PrefillGraphs:
         """The token bucket of a step these graphs serve, else None (run it another way)."""
         if not one_prefill(seqs) or len(seqs[0].block_ids) > self.max_blocks:
             return None
-        return self.pw.bucket(len(seqs[0].token_ids))
+        n = len(seqs[0].token_ids)
+        return next((b for b in self.buckets if b >= n), None)
 
     def run(self, seq: SeqSpec, tb: int) -> torch.Tensor:
         """``seq``'s raw next-token logits ``[1, vocab]`` in the model dtype, from bucket ``tb``'s
@@ -120,12 +129,12 @@ class PrefillGraphs:
     def capture_all(self) -> None:
         """Every bucket, largest first (the smaller ones reuse its pool memory)."""
         t0 = time.perf_counter()
-        for tb in reversed(self.pw.buckets):
+        for tb in reversed(self.buckets):
             self.capture(tb)
         log.info(
             "captured %d whole-step prefill graphs (one sequence, token buckets %s) in %.1f s",
             len(self.graphs),
-            list(self.pw.buckets),
+            list(self.buckets),
             time.perf_counter() - t0,
         )
 

@@ -18,7 +18,7 @@ from engine.model.forward_batch import ForwardBatch, SeqSpec, host_arrays
 from engine.ops.arms import DEFAULT_ARMS, KernelShapes, usable_arms
 from engine.worker.model_runner import ModelRunner
 from engine.worker.piecewise import PiecewiseGraphs
-from engine.worker.prefill_graphs import PrefillGraphs, padded_arrays
+from engine.worker.prefill_graphs import MAX_TOKENS, PrefillGraphs, padded_arrays
 from engine.worker.resolve import resolve_model
 from tests.worker.test_piecewise import _pools, spy
 
@@ -74,6 +74,15 @@ def test_only_lone_sampled_prompts_within_the_buckets_take_the_graphs():
     assert pg.bucket([SeqSpec(_ids(20, v), 0, [1, 2], 1, sample=False)]) is None  # a chunk not sampled
     assert pg.bucket([SeqSpec(_ids(1, v), 7, [1], 1)]) is None  # a decode
     assert pg.bucket([prompt, SeqSpec(_ids(3, v), 0, [3], 2)]) is None  # two sequences
+
+
+def test_the_graphs_stop_at_max_tokens():
+    _, _, pw, pg = _setup(max_tokens=2048, max_blocks=80)
+    assert pg.buckets == tuple(b for b in pw.buckets if b <= MAX_TOKENS) and pg.buckets[-1] == MAX_TOKENS
+    blocks = list(range(1, 1 + -(-(MAX_TOKENS + 1) // 16)))
+    assert pg.bucket([SeqSpec([1] * MAX_TOKENS, 0, blocks, 1)]) == MAX_TOKENS
+    assert pg.bucket([SeqSpec([1] * (MAX_TOKENS + 1), 0, blocks, 1)]) is None  # the pieces take it
+    assert pw.bucket(MAX_TOKENS + 1) is not None
 
 
 def test_graphs_prefill_is_dropped_without_the_piecewise_graphs_or_the_paged_attention():
