@@ -6,7 +6,8 @@ layer core) can exceed the device's. On the H200's host in session 31 (run 1) a 
 step took 15.97 ms to queue against 14.84 ms on the device, so a lone prompt's first token waited
 on Python. A step that holds one sequence and nothing else (every lone user's prompt, W2's) has
 launch shapes that depend on its token count alone, so here it is captured whole, per token bucket
-(the piecewise buckets), and a step is one pinned copy of its metadata and one replay:
+(the piecewise buckets up to ``MAX_TOKENS``), and a step is one pinned copy of its metadata and one
+replay:
 
 - every kernel reads the sequence's length, positions, KV slots, block table and state slot from
   static device buffers (:class:`ForwardBatch` views of one buffer per graph), which the copy fills;
