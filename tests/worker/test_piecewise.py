@@ -110,25 +110,44 @@ def test_a_step_beyond_the_largest_bucket_is_refused():
         pw.run(fb, cache)
 
 
+# Three kinds of sampling the serving tests cycle through: greedy with logprobs, seeded top-k, a
+# greedy request whose prompt is scored.
+def sampling_kinds() -> list:
+    from engine.sampling_params import SamplingParams
+
+    return [
+        SamplingParams(temperature=0.0, ignore_eos=True, logprobs=2),
+        SamplingParams(temperature=0.8, top_k=20, seed=5, ignore_eos=True),
+        SamplingParams(temperature=0.0, ignore_eos=True, prompt_logprobs=3),  # a scoring step
+    ]
+
+
+def engine_core(runner: ModelRunner, max_num_seqs: int):
+    """The real EngineCore over ``runner``: async scheduling, a 48-token budget (chunked prefills)."""
+    from engine.core.engine_core import EngineCore
+
+    sched = SchedulerConfig(max_num_batched_tokens=48, max_num_seqs=max_num_seqs, async_scheduling=True)
+    return EngineCore(EngineConfig(model=runner.model_config, scheduler=sched), runner)
+
+
+def drain(core, outs: dict[str, list]) -> None:
+    """Step ``core`` until it has no work, appending (tokens, logprobs + prompt logprobs, finish reason)
+    per output to its request's list."""
+    while core.has_work():
+        for o in core.step().outputs:
+            outs[o.request_id].append(
+                (o.new_token_ids, (o.logprobs or []) + (o.prompt_logprobs or []), o.finish_reason)
+            )
+
+
 def _serve(runner: ModelRunner) -> dict[str, list]:
     """Eight requests of mixed sampling through the real EngineCore with async scheduling: chunked
     prefills, mixed steps, decodes scheduled ahead (their input token read from the step before)."""
     import msgspec
 
-    from engine.core.engine_core import EngineCore
     from engine.messages import AddRequests, EngineRequest
-    from engine.sampling_params import SamplingParams
 
-    cfg = EngineConfig(
-        model=runner.model_config,
-        scheduler=SchedulerConfig(max_num_batched_tokens=48, max_num_seqs=8, async_scheduling=True),
-    )
-    core = EngineCore(cfg, runner)
-    kinds = [
-        SamplingParams(temperature=0.0, ignore_eos=True, logprobs=2),
-        SamplingParams(temperature=0.8, top_k=20, seed=5, ignore_eos=True),
-        SamplingParams(temperature=0.0, ignore_eos=True, prompt_logprobs=3),  # a scoring step
-    ]
+    core, kinds = engine_core(runner, 8), sampling_kinds()
     rng = np.random.default_rng(3)
     reqs = [
         EngineRequest(
@@ -140,11 +159,7 @@ def _serve(runner: ModelRunner) -> dict[str, list]:
     ]
     core.add_requests(AddRequests(reqs))
     outs: dict[str, list] = {r.request_id: [] for r in reqs}
-    while core.has_work():
-        for o in core.step().outputs:
-            outs[o.request_id].append(
-                (o.new_token_ids, (o.logprobs or []) + (o.prompt_logprobs or []), o.finish_reason)
-            )
+    drain(core, outs)
     return outs
 
 

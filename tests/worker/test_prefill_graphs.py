@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.config import EngineConfig, ModelConfig, SchedulerConfig
+from engine.config import EngineConfig, ModelConfig
 from engine.model.cache import ModelCache
 from engine.model.forward_batch import ForwardBatch, SeqSpec, host_arrays
 from engine.ops.arms import DEFAULT_ARMS, KernelShapes, usable_arms
@@ -20,7 +20,7 @@ from engine.worker.model_runner import ModelRunner
 from engine.worker.piecewise import PiecewiseGraphs
 from engine.worker.prefill_graphs import MAX_TOKENS, PrefillGraphs, padded_arrays
 from engine.worker.resolve import resolve_model
-from tests.worker.test_piecewise import _pools, spy
+from tests.worker.test_piecewise import _pools, drain, engine_core, sampling_kinds, spy
 
 RNG = np.random.default_rng(11)
 
@@ -141,20 +141,9 @@ def _serve_one_by_one(runner: ModelRunner) -> dict[str, list]:
     with logprobs, seeded sampling, a prompt scored."""
     import msgspec
 
-    from engine.core.engine_core import EngineCore
     from engine.messages import AddRequests, EngineRequest
-    from engine.sampling_params import SamplingParams
 
-    cfg = EngineConfig(
-        model=runner.model_config,
-        scheduler=SchedulerConfig(max_num_batched_tokens=48, max_num_seqs=4, async_scheduling=True),
-    )
-    core = EngineCore(cfg, runner)
-    kinds = [
-        SamplingParams(temperature=0.0, ignore_eos=True, logprobs=2),
-        SamplingParams(temperature=0.8, top_k=20, seed=5, ignore_eos=True),
-        SamplingParams(temperature=0.0, ignore_eos=True, prompt_logprobs=3),  # a scoring step
-    ]
+    core, kinds = engine_core(runner, 4), sampling_kinds()
     rng = np.random.default_rng(5)
     outs: dict[str, list] = {}
     for i, n in enumerate((7, 30, 61, 16, 100)):
@@ -162,11 +151,7 @@ def _serve_one_by_one(runner: ModelRunner) -> dict[str, list]:
         params = msgspec.structs.replace(kinds[i % 3], max_tokens=3 + i)
         core.add_requests(AddRequests([EngineRequest(f"{i}", ids, params)]))
         outs[f"{i}"] = []
-        while core.has_work():
-            for o in core.step().outputs:
-                outs[o.request_id].append(
-                    (o.new_token_ids, (o.logprobs or []) + (o.prompt_logprobs or []), o.finish_reason)
-                )
+        drain(core, outs)
     return outs
 
 
