@@ -21,7 +21,7 @@ gated_rms_norm(x [N, dv], z [N, dv], weight [dv], eps, out=None) -> x's shape  (
     GDN output norm, HF semantics: y = x.float() * rsqrt(mean(x^2) + eps); y = weight * y.to(x.dtype);
     y = y * silu(z.float()); return y.to(x.dtype). Plain weight, not (1 + w).
 causal_conv1d_prefill(x [T, C], weight [C, K], conv_state [S, C, K-1], query_start_loc [B+1],
-                      state_slot [B], has_initial_state [B], max_query_len) -> [T, C]
+                      state_slot [B], has_initial_state [B], max_query_len, out=None) -> [T, C]
     Per sequence: causal depthwise conv over its tokens with the K-1 previous inputs taken from
     conv_state[slot] when has_initial_state else zeros, then SiLU; compute in weight dtype as HF;
     writes the last K-1 *inputs* (history included when the sequence is shorter) to conv_state[slot].
@@ -32,7 +32,9 @@ gdn_gating(a [T, Nv], b [T, Nv], A_log [Nv], dt_bias [Nv]) -> (g [T, Nv] fp32, b
     g = -exp(A_log.float()) * softplus(a.float() + dt_bias.float()); beta = sigmoid(b) in b.dtype, then fp32.
 chunk_gated_delta_rule(q [T, Nk, dk], k [T, Nk, dk], v [T, Nv, dv], g [T, Nv], beta [T, Nv],
                        ssm_state [S, Nv, dk, dv], query_start_loc [B+1], state_slot [B],
-                       has_initial_state [B], max_query_len, out=None) -> o [T, Nv, dv] in v.dtype
+                       has_initial_state [B], max_query_len, out=None, workspace=None) -> o [T, Nv, dv]
+    in v.dtype; out: T * Nv * dv contiguous values; workspace: uint8 scratch the CUDA split path may
+    put its chunk entries in (a CUDA graph's static memory), ignored elsewhere.
     Value head j reads key head j // (Nv // Nk). q, k are L2-normalised in fp32 (eps 1e-6 added to the
     sum of squares) and q is scaled by dk**-0.5 inside. Chunk size 64 from each sequence's first new
     token, HF torch_chunk_gated_delta_rule math. Initial state from ssm_state[slot] when

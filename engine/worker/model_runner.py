@@ -38,6 +38,7 @@ from engine.worker.memory import (
     workspace_reserve,
 )
 from engine.worker.piecewise import PiecewiseGraphs, build_piecewise
+from engine.worker.prefill_graphs import MAX_TOKENS as PREFILL_GRAPH_TOKENS
 from engine.worker.prefill_graphs import PrefillGraphs
 from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
 from engine.worker.resolve import resolve_cache, resolve_model
@@ -192,7 +193,8 @@ class ModelRunner:
         every = self.model_config.cuda_graph_capture == "startup"
         if use_graphs and "graphs.piecewise" in self.model_config.kernel_arms:
             # before the pools are sized, so what they hold is in the memory in use the plan reads
-            self.piecewise = build_piecewise(self.model, tokens, self.device, pdl=self.pdl, every=every)
+            spare = PREFILL_GRAPH_TOKENS if "graphs.prefill" in self.model_config.kernel_arms else 0
+            self.piecewise = build_piecewise(self.model, tokens, self.device, self.pdl, every, spare)
         graph_bytes = 0
         if use_graphs:
             graph_bytes = self._graph_plan = self._probe_graphs(sc.max_num_seqs, max_blocks, every)

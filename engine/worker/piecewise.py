@@ -41,6 +41,7 @@ from engine.model.cache import ModelCache
 from engine.model.forward_batch import ForwardBatch
 from engine.model.qwen3_5.layers import GatedAttention, GatedDeltaNet, GDNMeta
 from engine.model.qwen3_5.model import Qwen35Model
+from engine.ops.gdn.chunk_split import ENTRY_BYTES, entry_rows
 from engine.worker.cuda_graphs import capture_stream, graph_launches, no_gc
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,11 @@ STRIDE = 128  # buckets above 256 tokens are 128 apart: at most 127 padded rows,
 # and the graph pool with the token count (the 4B's: ~136 KiB a token), which a 16 GB card needs for
 # KV and state slots.
 MAX_TOKENS = 2048
+
+
+def _align(n: int, to: int = 128) -> int:
+    """``n`` rounded up to a multiple of ``to`` elements (256-byte aligned bf16 views)."""
+    return -(-n // to) * to
 
 
 def token_buckets(max_tokens: int) -> tuple[int, ...]:
@@ -78,6 +84,7 @@ class PiecewiseGraphs:
         *,
         capture: bool = True,
         pdl: bool = False,
+        spare_tokens: int = 0,
     ):
         self.model = model
         self.num_layers = len(model.layers)
@@ -105,10 +112,49 @@ class PiecewiseGraphs:
         # the MLP's [T, 2I] gate|up projection over both once both are dead (see mlp_scratch).
         self._core_at = tmax * max(self.proj_width)
         self.mlp_width = 2 * cfg.intermediate_size
-        self.scratch = zeros(max(self._core_at + tmax * max(self.core_width), tmax * self.mlp_width))
+        size = max(self._core_at + tmax * max(self.core_width), tmax * self.mlp_width)
+        self._spare = self._spare_layout(
+            spare_tokens if linear else 0, torch.tensor([], dtype=dt).element_size()
+        )
+        size = max([size, *(end for *_, end in self._spare.values())])
+        self.scratch = zeros(size)
         self.graphs: dict[int, list[torch.cuda.CUDAGraph]] = {}
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.reserved_bytes = 0  # torch memory the buffers and the graph pool hold (build_piecewise)
+
+    def _spare_layout(self, spare_tokens: int, itemsize: int) -> dict[int, tuple[int, int, int, int, int]]:
+        """Per bucket up to ``spare_tokens``: where a GDN core's transients fit in the scratch rows that
+        are dead while a layer core runs (past the projection's rows, and past the core buffer's) ->
+        (conv output at, its elements, workspace at, its elements, the scratch end that needs)."""
+        cfg = self.model.cfg
+        out = {}
+        for tb in self.buckets:
+            if tb > spare_tokens:
+                break
+            conv_n = tb * cfg.conv_dim
+            ws_n = -(-entry_rows(tb, 1) * cfg.linear_num_value_heads * ENTRY_BYTES // itemsize)
+            gap1, gap1_end = _align(tb * max(self.proj_width)), self._core_at
+            gap2 = _align(self._core_at + tb * max(self.core_width))
+            options = []  # (scratch end needed, conv at, workspace at)
+            if gap1 + ws_n <= gap1_end:  # the workspace before the core buffer, the conv output after it
+                options.append((gap2 + conv_n, gap2, gap1))
+            if gap1 + conv_n <= gap1_end:
+                options.append((gap2 + ws_n, gap1, gap2))
+            options.append((_align(gap2 + conv_n) + ws_n, gap2, _align(gap2 + conv_n)))
+            end, conv_at, ws_at = min(options)
+            out[tb] = (conv_at, conv_n, ws_at, ws_n, end)
+        return out
+
+    def core_spare(self, tb: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Bucket ``tb``'s static memory for a prefill-only GDN core's transients (``GDNMeta.conv_out``
+        and ``.workspace``: the conv output [tb, C] and the delta rule's uint8 workspace), in scratch
+        rows that no projection or core buffer of that bucket uses; None beyond ``spare_tokens``."""
+        spot = self._spare.get(tb)
+        if spot is None:
+            return None
+        conv_at, conv_n, ws_at, ws_n, _ = spot
+        conv = self.scratch[conv_at : conv_at + conv_n].view(tb, self.model.cfg.conv_dim)
+        return conv, self.scratch[ws_at : ws_at + ws_n].view(torch.uint8)
 
     def bucket(self, num_tokens: int) -> int | None:
         return next((b for b in self.buckets if b >= num_tokens), None)
@@ -249,7 +295,12 @@ class PiecewiseGraphs:
 
 
 def build_piecewise(
-    model: Qwen35Model, max_tokens: int, device: torch.device, *, pdl: bool, every: bool
+    model: Qwen35Model,
+    max_tokens: int,
+    device: torch.device,
+    pdl: bool,
+    every: bool,
+    spare_tokens: int = 0,
 ) -> PiecewiseGraphs:
     """The server's piecewise graphs: every bucket captured (``every``, --cuda-graph-capture startup)
     or the largest (lazy: the rest on first use), with ``reserved_bytes`` measured around the build.
@@ -262,7 +313,7 @@ def build_piecewise(
         return torch.cuda.memory_reserved(device), total - free
 
     reserved, used = settled()
-    pw = PiecewiseGraphs(model, max_tokens, device, pdl=pdl)
+    pw = PiecewiseGraphs(model, max_tokens, device, pdl=pdl, spare_tokens=spare_tokens)
     if every:
         pw.capture_all()
     else:

@@ -17,7 +17,11 @@ replay:
   and a split that sees no key weighs nothing in the combine;
 - the rows past the sequence compute on stale values in the piecewise buffers, and nothing reads
   them: their KV writes go to the reserved null block 0 (slot 0), the GDN kernels walk only the
-  sequence's own tokens and every dense op is row by row.
+  sequence's own tokens and every dense op is row by row;
+- the GDN cores' largest transients (the conv output and the split delta rule's chunk entries, ~34 MB
+  at 1,024 tokens) live in piecewise scratch rows that are dead while a core runs
+  (``PiecewiseGraphs.core_spare``, sized by ``spare_tokens``), not in the graph pool: held there, they
+  put W1's peak 31 MiB above issue 11's line (session 31, run 4).
 
 A replay computes what an eager run of the same static batch computes, bit for bit (the tests). Against
 the piecewise path it can differ in the last bits where a plan differs (the attention's split count,
@@ -26,6 +30,7 @@ planned here for the longest block table; the delta rule's split path, chosen by
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -45,8 +50,7 @@ log = logging.getLogger(__name__)
 
 # Lone prompts up to this many tokens take the graphs. Above it the step waits on the device, not the
 # host (a 2,048-token prefill: ~9 ms to queue piecewise against ~25 ms on the H200), while the largest
-# graph sets how far the shared pool grows (its conv output and the delta rule's chunk entries: ~70 MB
-# at 2,048 tokens, half that at 1,024), which W1's peak memory pays for (session 31, run 3).
+# graph sets how much static memory its transients need (~70 MB at 2,048 tokens, half at 1,024).
 MAX_TOKENS = 1024
 
 
@@ -175,6 +179,9 @@ class PrefillGraphs:
         tb = fb.max_query_len
         pw.ids[:tb].copy_(fb.input_ids)
         meta = GDNMeta.from_batch(fb)
+        spare = pw.core_spare(tb)  # the GDN cores' conv output and chunk entries in dead scratch rows
+        if spare is not None:
+            meta = dataclasses.replace(meta, conv_out=spare[0], workspace=spare[1])
         for k in range(pw.num_layers + 1):
             pw.piece(k, tb)
             if k < pw.num_layers:

@@ -158,6 +158,15 @@ def test_conv_prefill(arms, init):
     live = slots[slots > 0].long()
     assert torch.equal(st[live], st_ref[live])
     assert torch.equal(st[0], st0[0]), "padding slot 0 must not be written"
+    # into a static buffer (a whole-step graph's): the same bits there, in the reference too
+    st.copy_(st0)
+    buf = torch.full((T * C,), float("nan"), dtype=torch.bfloat16, device=DEV)
+    into = conv.causal_conv1d_prefill(x, w, st, qsl, slots, hinit, maxlen, out=buf, arms=arms)
+    assert into.data_ptr() == buf.data_ptr() and torch.equal(into, got)
+    st_ref.copy_(st0)
+    assert torch.equal(ref.causal_conv1d_prefill(x, w, st_ref, qsl, slots, hinit, maxlen, out=buf), want)
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        conv.causal_conv1d_prefill(x, w, st, qsl, slots, hinit, maxlen, out=buf[:-8], arms=arms)
 
 
 @pytest.mark.gpu

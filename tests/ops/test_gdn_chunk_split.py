@@ -85,6 +85,33 @@ def test_split_bf16_state_pool():
             assert rel(st16[s].float(), st_ref[s]) < 5e-3, f"slot {s}"
 
 
+def test_split_entries_in_a_given_workspace():
+    """A large enough, 256-byte aligned uint8 workspace (a whole-step graph's static memory) takes the
+    chunk entries: the same bits as allocating them; a misaligned one is passed over."""
+    torch.manual_seed(8)
+    lens, nk, nv = (700,), 2, 4
+    assert_split(lens, nv)
+    qsl, slots, hinit, maxlen, B = varlen(lens, [True], seed=8)
+    T = int(qsl[-1])
+    q, k, v, g, beta = fused_inputs(T, nk, nv, 0.3)
+    st0 = torch.randn(B + 1, nv, 128, 128, device=DEV) * 0.1
+    runs = []
+    n = chunk_split.entry_rows(T, B) * nv * chunk_split.ENTRY_BYTES
+    ws = torch.zeros(n + 512, dtype=torch.uint8, device=DEV)
+    for workspace in (None, ws, ws[1:]):
+        st = st0.clone()
+        o = chunk.chunk_gated_delta_rule(
+            q, k, v, g, beta, st, qsl, slots, hinit, maxlen, arms=SPLIT, workspace=workspace
+        )
+        runs.append((o, st))
+        if workspace is ws:
+            assert ws[:n].any() and not ws[n:].any()  # the entries went there, and no further
+            ws.zero_()
+    for o, st in runs[1:]:
+        assert torch.equal(o, runs[0][0]) and torch.equal(st, runs[0][1])
+    assert not ws.any()  # the misaligned view was not written
+
+
 def test_split_cuda_graph_equals_eager():
     assert_split(LENS, 8)
     graph_equals_eager(SPLIT)

@@ -16,6 +16,7 @@ from engine.config import EngineConfig, ModelConfig
 from engine.model.cache import ModelCache
 from engine.model.forward_batch import ForwardBatch, SeqSpec, host_arrays
 from engine.ops.arms import DEFAULT_ARMS, KernelShapes, usable_arms
+from engine.ops.gdn.chunk_split import ENTRY_BYTES, entry_rows
 from engine.worker.model_runner import ModelRunner
 from engine.worker.piecewise import PiecewiseGraphs
 from engine.worker.prefill_graphs import MAX_TOKENS, PrefillGraphs, padded_arrays
@@ -57,7 +58,7 @@ def test_padded_arrays_are_the_batch_arrays_then_the_null_block():
 def _setup(max_tokens: int = 64, max_blocks: int = 8):
     runner = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
     cache = ModelCache.allocate(runner.cache_spec, 24, runner.block_size, 4, runner.dtype, runner.device)
-    pw = PiecewiseGraphs(runner.model, max_tokens, runner.device, capture=False)
+    pw = PiecewiseGraphs(runner.model, max_tokens, runner.device, capture=False, spare_tokens=max_tokens)
     return runner, cache, pw, PrefillGraphs(pw, cache, max_blocks, pdl=False, capture=False)
 
 
@@ -83,6 +84,38 @@ def test_the_graphs_stop_at_max_tokens():
     assert pg.bucket([SeqSpec([1] * MAX_TOKENS, 0, blocks, 1)]) == MAX_TOKENS
     assert pg.bucket([SeqSpec([1] * (MAX_TOKENS + 1), 0, blocks, 1)]) is None  # the pieces take it
     assert pw.bucket(MAX_TOKENS + 1) is not None
+
+
+@pytest.mark.parametrize(("max_tokens", "spare"), [(64, 64), (300, 128), (2048, 1024)])
+def test_core_spare_rows_are_dead_while_a_core_runs(max_tokens, spare):
+    """The GDN cores' static transients (conv output, workspace) overlap neither each other nor any
+    layer's projection or core buffer at their bucket, are large enough, 256-byte aligned inside the
+    scratch, and exist only up to ``spare_tokens``."""
+    runner = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
+    pw = PiecewiseGraphs(runner.model, max_tokens, runner.device, capture=False, spare_tokens=spare)
+    cfg, base = runner.model.cfg, pw.scratch.data_ptr()
+    end = base + pw.scratch.numel() * pw.scratch.element_size()
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+
+    for tb in pw.buckets:
+        got = pw.core_spare(tb)
+        if tb > spare:
+            assert got is None
+            continue
+        assert got is not None
+        conv, ws = got
+        assert conv.shape == (tb, cfg.conv_dim) and conv.dtype == pw.scratch.dtype and ws.dtype == torch.uint8
+        assert ws.numel() >= entry_rows(tb, 1) * cfg.linear_num_value_heads * ENTRY_BYTES
+        mine = [span(conv), span(ws)]
+        busy = [span(pw.proj(i, tb)) for i in range(pw.num_layers)]
+        busy += [span(pw.core(i, tb)) for i in range(pw.num_layers)]
+        for lo, hi in mine:
+            assert (lo - base) % 256 == 0 and base <= lo < hi <= end
+            assert all(hi <= b_lo or b_hi <= lo for b_lo, b_hi in busy)
+        (a_lo, a_hi), (b_lo, b_hi) = mine
+        assert a_hi <= b_lo or b_hi <= a_lo
 
 
 def test_graphs_prefill_is_dropped_without_the_piecewise_graphs_or_the_paged_attention():
@@ -161,7 +194,7 @@ def test_the_runner_serves_lone_prompts_through_the_whole_step(monkeypatch):
     runner's tokens and logprobs."""
     want = _serve_one_by_one(ModelRunner(EngineConfig(model=resolve_model(ModelConfig()))))
     runner = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
-    runner.piecewise = pw = PiecewiseGraphs(runner.model, 48, runner.device, capture=False)
+    runner.piecewise = pw = PiecewiseGraphs(runner.model, 48, runner.device, capture=False, spare_tokens=48)
     max_blocks = -(-runner.max_model_len // runner.block_size)
     runner.prefill_graphs = PrefillGraphs(pw, runner.cache, max_blocks, pdl=False, capture=False)
     whole = spy(monkeypatch, runner.prefill_graphs, "run")

@@ -34,6 +34,11 @@ class GDNMeta:
     prefill_has_state: torch.Tensor  # [P] bool
     decode_slots: torch.Tensor  # [D] int32
     prefill_max_len: int
+    # Static memory for a prefill-only core's transients (a whole-step graph's, from the piecewise
+    # scratch's rows dead during a layer core: engine/worker/prefill_graphs.py): the conv output
+    # [T, C] and the delta rule's workspace (uint8). None: allocated per call.
+    conv_out: torch.Tensor | None = None
+    workspace: torch.Tensor | None = None
 
     @staticmethod
     def from_batch(fb: ForwardBatch) -> GDNMeta:
@@ -159,6 +164,8 @@ class GatedDeltaNet(nn.Module):
         parts = []
         if nd:
             parts.append(ops.causal_conv1d_decode(qkv[:nd], self.conv_weight, conv_state, meta.decode_slots))
+        # the static transients serve a prefill-only core of exactly their rows
+        static = nd == 0 and meta.conv_out is not None and meta.conv_out.shape[0] == t
         if nd < t:
             parts.append(
                 ops.causal_conv1d_prefill(
@@ -169,6 +176,7 @@ class GatedDeltaNet(nn.Module):
                     meta.prefill_slots,
                     meta.prefill_has_state,
                     meta.prefill_max_len,
+                    out=meta.conv_out if static else None,
                 )
             )
         qkv = parts[0] if len(parts) == 1 else torch.cat(parts)
@@ -202,6 +210,7 @@ class GatedDeltaNet(nn.Module):
                     meta.prefill_has_state,
                     meta.prefill_max_len,
                     out=out if direct else None,
+                    workspace=meta.workspace if static else None,
                 )
             )
         o = outs[0] if len(outs) == 1 else torch.cat(outs)  # [T, Nv, dv]

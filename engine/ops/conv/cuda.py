@@ -19,6 +19,7 @@ from engine.ops.compile import (
     i32,
     kernel,
     launch,
+    output,
     ptr,
 )
 
@@ -71,16 +72,18 @@ def causal_conv1d_prefill(
     state_slot,
     has_initial_state,
     max_query_len,
+    out=None,
     *,
     arms: frozenset[str] = frozenset({"conv.chunk8"}),
 ):
-    """x [T, C] bf16 -> [T, C] bf16; conv_state [S, C, K-1] updated in place for slots > 0."""
+    """x [T, C] bf16 -> [T, C] bf16 (into ``out``, T x C contiguous values, when given); conv_state
+    [S, C, K-1] updated in place for slots > 0."""
     op = "causal_conv1d_prefill"
     C, K = _check_common(op, x, weight, conv_state)
     B = state_slot.shape[0]
     if not (query_start_loc.shape[0] == B + 1 and has_initial_state.shape[0] == B):
         raise ValueError(f"{op}: query_start_loc [B+1], has_initial_state [B] must match state_slot [B={B}]")
-    out = torch.empty((x.shape[0], C), dtype=x.dtype, device=x.device)
+    out = output(op, out, (x.shape[0], C), x.dtype, x.device)
     if x.shape[0] == 0 or B == 0 or max_query_len <= 0:
         return out
     qsl, slots, hinit = as_i32(query_start_loc), as_i32(state_slot), as_u8(has_initial_state)

@@ -38,13 +38,16 @@ def causal_conv1d_prefill(
     state_slot: torch.Tensor,
     has_initial_state: torch.Tensor,
     max_query_len: int,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Varlen causal conv over a flat batch ``x [T, C]``; updates ``conv_state [S, C, K-1]`` in place.
+    """Varlen causal conv over a flat batch ``x [T, C]`` (into ``out``, T x C contiguous values, when
+    given); updates ``conv_state [S, C, K-1]`` in place.
 
     Each sequence is prefixed by its K-1 previous inputs (from its state slot, or zeros without
     history), so one conv over ``[B, C, K-1+L]`` gives every output, and the new state is
     simply the K-1 window columns ending at the sequence's last token.
     """
+    dst = out
     num_tokens, _ = x.shape
     hist_len = weight.shape[1] - 1
     ix = varlen_index(query_start_loc, num_tokens, max_query_len)
@@ -66,7 +69,8 @@ def causal_conv1d_prefill(
     new_state = window.gather(2, cols[:, None, :].expand(-1, window.shape[1], -1))  # [B, C, K-1]
     conv_state.index_copy_(0, slots, new_state.to(conv_state.dtype))
 
-    return unpack(out.transpose(1, 2), ix)  # [T, C]
+    y = unpack(out.transpose(1, 2), ix)  # [T, C]
+    return y if dst is None else dst.view(y.shape).copy_(y)
 
 
 def causal_conv1d_decode(

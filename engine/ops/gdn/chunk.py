@@ -119,6 +119,7 @@ def chunk_gated_delta_rule(
     *,
     arms: frozenset[str] = frozenset(),
     out=None,
+    workspace=None,
 ):
     """q, k [T, Nk, 128], v [T, Nv, 128] bf16, g, beta [T, Nv] fp32 -> o [T, Nv, 128] bf16 (into ``out``,
     T x Nv x 128 contiguous values, when given).
@@ -126,7 +127,9 @@ def chunk_gated_delta_rule(
     ssm_state [S, Nv, 128, 128] fp32 or bf16 is read (has_initial_state) and written by slot, slots > 0
     only; the state stays fp32 across the chunks, a bf16 pool gets it rounded once at the end.
     ``max_query_len`` (a host int) only decides whether the split path runs (``prefill.split``:
-    :mod:`engine.ops.gdn.chunk_split`); each CTA walks its own sequence's chunks.
+    :mod:`engine.ops.gdn.chunk_split`); each CTA walks its own sequence's chunks. ``workspace`` (uint8,
+    256-byte aligned) holds the split path's chunk entries when it is large enough (a CUDA graph's
+    static memory), else they are allocated.
     """
     op = "chunk_gated_delta_rule"
     T, nk, nv, g, beta = _check(op, q, k, v, g, beta, ssm_state)
@@ -139,7 +142,7 @@ def chunk_gated_delta_rule(
     sms = sm_count(v.device.index or 0)
     st = STATE_TYPES[ssm_state.dtype]
     if "chunk.profile" not in arms and chunk_split.use_split(B, nv, T, int(max_query_len), sms, arms):
-        kw = {"nk": nk, "nv": nv, "st": st, "sms": sms, "arms": arms}
+        kw = {"nk": nk, "nv": nv, "st": st, "sms": sms, "arms": arms, "workspace": workspace}
         return chunk_split.run(q, k, v, g, beta, ssm_state, qsl, slots, hinit, out, **kw)
     dvb = pick_dvb(B * nv, sms, arms)
     if "chunk.profile" in arms:

@@ -147,11 +147,41 @@ def launch_state(
     launch(fn, grid, block, args, shared_mem=smem)
 
 
-def run(q, k, v, g, beta, ssm_state, qsl, slots, hinit, out, *, nk: int, nv: int, st: str, sms: int, arms):
+def run(
+    q,
+    k,
+    v,
+    g,
+    beta,
+    ssm_state,
+    qsl,
+    slots,
+    hinit,
+    out,
+    *,
+    nk: int,
+    nv: int,
+    st: str,
+    sms: int,
+    arms,
+    workspace=None,
+):
     """Both passes on checked inputs (:func:`engine.ops.gdn.chunk.chunk_gated_delta_rule` checks them
-    and makes v 16-byte aligned); ``qsl``, ``slots`` int32 and ``hinit`` uint8 on the device."""
+    and makes v 16-byte aligned); ``qsl``, ``slots`` int32 and ``hinit`` uint8 on the device. The
+    entries go into ``workspace`` when it is a large enough, 256-byte aligned uint8 CUDA tensor."""
     T, B = q.shape[0], slots.shape[0]
-    entries = torch.empty(entry_rows(T, B) * nv * ENTRY_BYTES, dtype=torch.uint8, device=q.device)
+    n = entry_rows(T, B) * nv * ENTRY_BYTES
+    if (
+        workspace is not None
+        and workspace.dtype == torch.uint8
+        and workspace.is_cuda
+        and workspace.is_contiguous()
+        and workspace.numel() >= n
+        and workspace.data_ptr() % 256 == 0
+    ):
+        entries = workspace[:n]
+    else:
+        entries = torch.empty(n, dtype=torch.uint8, device=q.device)
     launch_prep(q, k, g, beta, qsl, B, entries, nk=nk, nv=nv)
     dk2, dvb, o1lo = use_dk2(B, nv, sms, arms), pick_dvb(arms), "chunk.o1hi" not in arms
     args = (q, k, v, entries, ssm_state, qsl, slots, hinit, out)

@@ -123,9 +123,10 @@ def chunk_gated_delta_rule(
     has_initial_state,
     max_query_len,
     out=None,
+    workspace=None,
 ):
     """q, k [T, Nk, 128], v [T, Nv, 128] bf16, g, beta [T, Nv] fp32 -> o [T, Nv, 128] bf16 (into ``out``,
-    T x Nv x 128 contiguous values, when given).
+    T x Nv x 128 contiguous values, when given; ``workspace`` is not needed here).
 
     ssm_state [S, Nv, 128, 128] fp32 or bf16 is read (has_initial_state) and written by slot, slots > 0
     only; a bf16 state is rounded once, when the sequence's last token is done.

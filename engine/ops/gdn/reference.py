@@ -67,8 +67,10 @@ def chunk_gated_delta_rule(
     has_initial_state: torch.Tensor,
     max_query_len: int,
     out: torch.Tensor | None = None,
+    workspace: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Chunked gated delta rule over a flat varlen batch; ``ssm_state[slot]`` (fp32 or bf16) is
+    """Chunked gated delta rule over a flat varlen batch (``workspace``, scratch memory the CUDA split
+    path may use, is not needed here); ``ssm_state[slot]`` (fp32 or bf16) is
     updated in place, computed in fp32 and rounded to its dtype once at the end.
 
     q, k ``[T, Nk, dk]``, v ``[T, Nv, dv]``, g, beta ``[T, Nv]`` -> o ``[T, Nv, dv]`` in v.dtype, into
