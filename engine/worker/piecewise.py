@@ -41,7 +41,7 @@ from engine.model.cache import ModelCache
 from engine.model.forward_batch import ForwardBatch
 from engine.model.qwen3_5.layers import GatedAttention, GatedDeltaNet, GDNMeta
 from engine.model.qwen3_5.model import Qwen35Model
-from engine.ops.gdn.chunk_split import ENTRY_BYTES, entry_rows
+from engine.ops.gdn.chunk_split import entry_bytes
 from engine.worker.cuda_graphs import capture_stream, graph_launches, no_gc
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class PiecewiseGraphs:
             if tb > spare_tokens:
                 break
             conv_n = tb * cfg.conv_dim
-            ws_n = -(-entry_rows(tb, 1) * cfg.linear_num_value_heads * ENTRY_BYTES // itemsize)
+            ws_n = -(-entry_bytes(tb, 1, cfg.linear_num_value_heads) // itemsize)
             gap1, gap1_end = _align(tb * max(self.proj_width)), self._core_at
             gap2 = _align(self._core_at + tb * max(self.core_width))
             options = []  # (scratch end needed, conv at, workspace at)

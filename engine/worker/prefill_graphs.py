@@ -20,8 +20,8 @@ replay:
   sequence's own tokens and every dense op is row by row;
 - the GDN cores' largest transients (the conv output and the split delta rule's chunk entries, ~34 MB
   at 1,024 tokens) live in piecewise scratch rows that are dead while a core runs
-  (``PiecewiseGraphs.core_spare``, sized by ``spare_tokens``), not in the graph pool: held there, they
-  put W1's peak 31 MiB above issue 11's line (session 31, run 4).
+  (``PiecewiseGraphs.core_spare``, sized by ``spare_tokens``), not in the graph pool, where they
+  raised W1's peak by 20 MiB more (session 31, runs 4-5).
 
 A replay computes what an eager run of the same static batch computes, bit for bit (the tests). Against
 the piecewise path it can differ in the last bits where a plan differs (the attention's split count,

@@ -96,7 +96,7 @@ def test_split_entries_in_a_given_workspace():
     q, k, v, g, beta = fused_inputs(T, nk, nv, 0.3)
     st0 = torch.randn(B + 1, nv, 128, 128, device=DEV) * 0.1
     runs = []
-    n = chunk_split.entry_rows(T, B) * nv * chunk_split.ENTRY_BYTES
+    n = chunk_split.entry_bytes(T, B, nv)
     ws = torch.zeros(n + 512, dtype=torch.uint8, device=DEV)
     for workspace in (None, ws, ws[1:]):
         st = st0.clone()

@@ -16,7 +16,7 @@ from engine.config import EngineConfig, ModelConfig
 from engine.model.cache import ModelCache
 from engine.model.forward_batch import ForwardBatch, SeqSpec, host_arrays
 from engine.ops.arms import DEFAULT_ARMS, KernelShapes, usable_arms
-from engine.ops.gdn.chunk_split import ENTRY_BYTES, entry_rows
+from engine.ops.gdn.chunk_split import entry_bytes
 from engine.worker.model_runner import ModelRunner
 from engine.worker.piecewise import PiecewiseGraphs
 from engine.worker.prefill_graphs import MAX_TOKENS, PrefillGraphs, padded_arrays
@@ -107,7 +107,7 @@ def test_core_spare_rows_are_dead_while_a_core_runs(max_tokens, spare):
         assert got is not None
         conv, ws = got
         assert conv.shape == (tb, cfg.conv_dim) and conv.dtype == pw.scratch.dtype and ws.dtype == torch.uint8
-        assert ws.numel() >= entry_rows(tb, 1) * cfg.linear_num_value_heads * ENTRY_BYTES
+        assert ws.numel() >= entry_bytes(tb, 1, cfg.linear_num_value_heads)
         mine = [span(conv), span(ws)]
         busy = [span(pw.proj(i, tb)) for i in range(pw.num_layers)]
         busy += [span(pw.core(i, tb)) for i in range(pw.num_layers)]

@@ -48,6 +48,11 @@ def entry_rows(num_tokens: int, num_seqs: int) -> int:
     return (num_tokens + 63 * num_seqs) // 64
 
 
+def entry_bytes(num_tokens: int, num_seqs: int, nv: int) -> int:
+    """Bytes of the prep pass's entries for a call (its scratch, or the workspace it needs)."""
+    return entry_rows(num_tokens, num_seqs) * nv * ENTRY_BYTES
+
+
 def state_params(cc: int | None = None) -> tuple[int, int]:
     """(dv block, fewest chunks): the ``GDN_STATE_TABLE`` row of the newest sm not newer than the device."""
     return tuning_row(STATE_SRC, "GDN_STATE_TABLE", cc)
@@ -63,7 +68,7 @@ def use_split(
         return False
     if -(-max_query_len // 64) < state_params(cc)[1]:
         return False
-    return entry_rows(num_tokens, num_seqs) * nv * ENTRY_BYTES <= MAX_ENTRY_BYTES
+    return entry_bytes(num_tokens, num_seqs, nv) <= MAX_ENTRY_BYTES
 
 
 def pick_dvb(arms: frozenset[str], cc: int | None = None) -> int:
@@ -170,7 +175,7 @@ def run(
     and makes v 16-byte aligned); ``qsl``, ``slots`` int32 and ``hinit`` uint8 on the device. The
     entries go into ``workspace`` when it is a large enough, 256-byte aligned uint8 CUDA tensor."""
     T, B = q.shape[0], slots.shape[0]
-    n = entry_rows(T, B) * nv * ENTRY_BYTES
+    n = entry_bytes(T, B, nv)
     if (
         workspace is not None
         and workspace.dtype == torch.uint8
