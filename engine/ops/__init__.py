@@ -61,9 +61,10 @@ add_rms_norm(x [N, D], residual [N, D] | None, weight [D], eps, h_out=None, y_ou
 silu_mul(gu [N, 2I], out=None) -> [N, I]
     silu(gu[:, :I]) * gu[:, I:] (SwiGLU on the fused gate|up projection); out may be gu[:, :I].
 qk_norm_rope_kv(qg [T, H, 2D], k [T, Hkv, D], v [T, Hkv, D], q_norm [D], k_norm [D], eps, positions [T],
-                rotary_dim, theta, k_cache, v_cache, slot_mapping [T]) -> q [T, H, D]
+                rotary_dim, theta, k_cache, v_cache, slot_mapping [T], out=None) -> q [T, H, D]
     qg holds each head's query then its gate; exactly rms_norm(q), rms_norm(k), apply_rope(q, k) and
-    write_kv(k, v, ...) in that order; the normed, rotated q comes back contiguous.
+    write_kv(k, v, ...) in that order; the normed, rotated q comes back contiguous (in out, T * H * D
+    contiguous values 16-byte aligned, when given: a whole-step graph's static buffer).
 argmax(x [S, V]) -> [S] int64
     x.argmax(dim=-1) (the sampler's greedy token): the first NaN wins, else the largest value, ties to
     the lowest index. Not called by the model: the runner hands it to the sampler.

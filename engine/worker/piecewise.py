@@ -123,15 +123,16 @@ class PiecewiseGraphs:
         self.reserved_bytes = 0  # torch memory the buffers and the graph pool hold (build_piecewise)
 
     def _spare_layout(self, spare_tokens: int, itemsize: int) -> dict[int, tuple[int, int, int, int, int]]:
-        """Per bucket up to ``spare_tokens``: where a GDN core's transients fit in the scratch rows that
-        are dead while a layer core runs (past the projection's rows, and past the core buffer's) ->
-        (conv output at, its elements, workspace at, its elements, the scratch end that needs)."""
+        """Per bucket up to ``spare_tokens``: where a layer core's transients fit in the scratch rows
+        that are dead while it runs (past the projection's rows, and past the core buffer's) -> (conv
+        output at, its elements, workspace at, its elements, the scratch end that needs). The conv
+        output's spot also holds an attention core's rotated q (the larger of the two sizes it)."""
         cfg = self.model.cfg
         out = {}
         for tb in self.buckets:
             if tb > spare_tokens:
                 break
-            conv_n = tb * cfg.conv_dim
+            conv_n = tb * max(cfg.conv_dim, cfg.num_attention_heads * cfg.head_dim)
             ws_n = -(-entry_bytes(tb, 1, cfg.linear_num_value_heads) // itemsize)
             gap1, gap1_end = _align(tb * max(self.proj_width)), self._core_at
             gap2 = _align(self._core_at + tb * max(self.core_width))
@@ -152,9 +153,20 @@ class PiecewiseGraphs:
         spot = self._spare.get(tb)
         if spot is None:
             return None
-        conv_at, conv_n, ws_at, ws_n, _ = spot
-        conv = self.scratch[conv_at : conv_at + conv_n].view(tb, self.model.cfg.conv_dim)
+        conv_at, _, ws_at, ws_n, _ = spot
+        conv = self.scratch[conv_at : conv_at + tb * self.model.cfg.conv_dim].view(tb, -1)
         return conv, self.scratch[ws_at : ws_at + ws_n].view(torch.uint8)
+
+    def q_spare(self, tb: int) -> torch.Tensor | None:
+        """Bucket ``tb``'s static memory for an attention core's rotated q ([tb, H, D], the
+        ``q_out`` of ``layer_core``), where a GDN core's conv output goes (no two cores run at once);
+        None beyond ``spare_tokens``."""
+        spot = self._spare.get(tb)
+        if spot is None:
+            return None
+        cfg, at = self.model.cfg, spot[0]
+        n = tb * cfg.num_attention_heads * cfg.head_dim
+        return self.scratch[at : at + n].view(tb, cfg.num_attention_heads, cfg.head_dim)
 
     def bucket(self, num_tokens: int) -> int | None:
         return next((b for b in self.buckets if b >= num_tokens), None)

@@ -18,10 +18,12 @@ replay:
 - the rows past the sequence compute on stale values in the piecewise buffers, and nothing reads
   them: their KV writes go to the reserved null block 0 (slot 0), the GDN kernels walk only the
   sequence's own tokens and every dense op is row by row;
-- the GDN cores' largest transients (the conv output and the split delta rule's chunk entries, ~34 MB
-  at 1,024 tokens) live in piecewise scratch rows that are dead while a core runs
-  (``PiecewiseGraphs.core_spare``, sized by ``spare_tokens``), not in the graph pool, where they
-  raised W1's peak by 20 MiB more (session 31, runs 4-5).
+- the cores' largest transients (a GDN core's conv output and split delta rule's chunk entries, ~34
+  MB at 1,024 tokens; an attention core's rotated q, 8 MB) live in piecewise scratch rows that are
+  dead while a core runs (``PiecewiseGraphs.core_spare`` and ``q_spare``, sized by
+  ``spare_tokens``), not in the graph pool, where the GDN ones raised W1's peak by 20 MiB more
+  (session 31, runs 4-5). What the graphs still cost W1 (12 MiB) is the driver's memory for the
+  executable graphs, ~1 MiB each (session 32, run 2).
 
 A replay computes what an eager run of the same static batch computes, bit for bit (the tests). Against
 the piecewise path it can differ in the last bits where a plan differs (the attention's split count,
@@ -137,10 +139,12 @@ class PrefillGraphs:
         for tb in reversed(self.buckets):
             self.capture(tb)
         log.info(
-            "captured %d whole-step prefill graphs (one sequence, token buckets %s) in %.1f s",
+            "captured %d whole-step prefill graphs (one sequence, token buckets %s) in %.1f s; the "
+            "shared graph pool grew %.1f MiB",
             len(self.graphs),
             list(self.buckets),
             time.perf_counter() - t0,
+            self.reserved_bytes / 2**20,
         )
 
     def capture(self, tb: int) -> None:
@@ -182,10 +186,11 @@ class PrefillGraphs:
         spare = pw.core_spare(tb)  # the GDN cores' conv output and chunk entries in dead scratch rows
         if spare is not None:
             meta = dataclasses.replace(meta, conv_out=spare[0], workspace=spare[1])
+        q = pw.q_spare(tb)  # and the attention cores' q
         for k in range(pw.num_layers + 1):
             pw.piece(k, tb)
             if k < pw.num_layers:
-                m.layer_core(k, pw.proj(k, tb), fb, meta, self.cache, out=pw.core(k, tb))
+                m.layer_core(k, pw.proj(k, tb), fb, meta, self.cache, out=pw.core(k, tb), q_out=q)
         out = pw.logits_buffer(1, m.cfg.vocab_size)
         if out is None:
             raise RuntimeError("the piecewise scratch cannot hold one row of logits")

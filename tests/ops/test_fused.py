@@ -135,6 +135,13 @@ def test_qk_norm_rope_kv_is_the_old_attention_prologue(dtype, h, hkv, d, rot, bs
     assert torch.equal(kc, kc_old) and torch.equal(vc, vc_old)
     flat = vc.view(-1, hkv, d)
     assert torch.equal(flat[slots], v), "v goes to the cache unchanged"
+    # out= (rows of a wider scratch buffer, as a whole-step graph lends them): the same values there
+    scratch = torch.full(((t + 1) * h * d,), float("nan"), dtype=dtype)
+    got = ref.qk_norm_rope_kv(qg, k, v, qn, kn, 1e-6, pos, rot, 1e7, kc, vc, slots, out=scratch[: t * h * d])
+    assert got.data_ptr() == scratch.data_ptr() and got.shape == (t, h, d) and torch.equal(got, q)
+    assert torch.isnan(scratch[t * h * d :].float()).all(), "wrote past out"
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        ref.qk_norm_rope_kv(qg, k, v, qn, kn, 1e-6, pos, rot, 1e7, kc, vc, slots, out=scratch)
 
 
 def test_op_table_carries_the_fused_ops():
@@ -355,6 +362,16 @@ def test_qk_norm_rope_kv_kernel(fused_cuda, n, h, hkv, d, rot, bs):
     )
     assert row_err(q, q32) <= 2**-6
     assert row_err(kflat[slots], kc32.view(-1, hkv, d)[slots]) <= 2**-6
+    # out= (rows of a wider scratch buffer, as a whole-step graph lends them): the same bits, nothing
+    # written past it, the same cache writes
+    scratch = torch.full(((n + 1) * h * d + 8,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    kc2, vc2 = kc0.clone(), vc0.clone()
+    got = fused_cuda.qk_norm_rope_kv(qg, k, v, qn, kn, *args, kc2, vc2, slots, out=scratch[: n * h * d])
+    assert got.data_ptr() == scratch.data_ptr() and got.shape == (n, h, d) and torch.equal(got, q)
+    assert torch.isnan(scratch[n * h * d :].float()).all(), "wrote past out"
+    assert torch.equal(kc2, kc) and torch.equal(vc2, vc)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        fused_cuda.qk_norm_rope_kv(qg, k, v, qn, kn, *args, kc2, vc2, slots, out=scratch[4 : 4 + n * h * d])
 
 
 @pytest.mark.gpu

@@ -88,9 +88,10 @@ def test_the_graphs_stop_at_max_tokens():
 
 @pytest.mark.parametrize(("max_tokens", "spare"), [(64, 64), (300, 128), (2048, 1024)])
 def test_core_spare_rows_are_dead_while_a_core_runs(max_tokens, spare):
-    """The GDN cores' static transients (conv output, workspace) overlap neither each other nor any
-    layer's projection or core buffer at their bucket, are large enough, 256-byte aligned inside the
-    scratch, and exist only up to ``spare_tokens``."""
+    """The cores' static transients (a GDN core's conv output and workspace, an attention core's q)
+    overlap no layer's projection or core buffer at their bucket, nor the workspace (the q and the
+    conv output share a spot: no two cores run at once), are large enough, 256-byte aligned inside
+    the scratch, and exist only up to ``spare_tokens``."""
     runner = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
     pw = PiecewiseGraphs(runner.model, max_tokens, runner.device, capture=False, spare_tokens=spare)
     cfg, base = runner.model.cfg, pw.scratch.data_ptr()
@@ -100,22 +101,24 @@ def test_core_spare_rows_are_dead_while_a_core_runs(max_tokens, spare):
         return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
 
     for tb in pw.buckets:
-        got = pw.core_spare(tb)
+        got, q = pw.core_spare(tb), pw.q_spare(tb)
         if tb > spare:
-            assert got is None
+            assert got is None and q is None
             continue
-        assert got is not None
+        assert got is not None and q is not None
         conv, ws = got
         assert conv.shape == (tb, cfg.conv_dim) and conv.dtype == pw.scratch.dtype and ws.dtype == torch.uint8
         assert ws.numel() >= entry_bytes(tb, 1, cfg.linear_num_value_heads)
-        mine = [span(conv), span(ws)]
+        assert q.shape == (tb, cfg.num_attention_heads, cfg.head_dim) and q.is_contiguous()
+        mine = [span(conv), span(ws), span(q)]
         busy = [span(pw.proj(i, tb)) for i in range(pw.num_layers)]
         busy += [span(pw.core(i, tb)) for i in range(pw.num_layers)]
         for lo, hi in mine:
             assert (lo - base) % 256 == 0 and base <= lo < hi <= end
             assert all(hi <= b_lo or b_hi <= lo for b_lo, b_hi in busy)
-        (a_lo, a_hi), (b_lo, b_hi) = mine
-        assert a_hi <= b_lo or b_hi <= a_lo
+        (w_lo, w_hi) = mine[1]
+        for lo, hi in (mine[0], mine[2]):
+            assert hi <= w_lo or w_hi <= lo
 
 
 def test_graphs_prefill_is_dropped_without_the_piecewise_graphs_or_the_paged_attention():

@@ -255,9 +255,11 @@ class GatedAttention(nn.Module):
         v_cache: torch.Tensor,
         ops: Ops,
         out: torch.Tensor | None = None,
+        q_out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """q/k norm, RoPE, the KV write and the gated attention -> [T, H*D] (o_proj's input); written
-        into ``out`` when given (a piecewise graph's static input)."""
+        into ``out`` when given (a piecewise graph's static input), the rotated q into ``q_out`` ([T,
+        H*D] contiguous: a whole-step graph's dead scratch rows)."""
         cfg = self.cfg
         t = proj.shape[0]
         h, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
@@ -277,6 +279,7 @@ class GatedAttention(nn.Module):
             k_cache,
             v_cache,
             fb.slot_mapping,
+            out=q_out,
         )  # [T, H, D]; k, v are in the cache now
         o = ops.paged_attention(
             q,

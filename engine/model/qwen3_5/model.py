@@ -127,15 +127,17 @@ class Qwen35Model(nn.Module):
         meta: GDNMeta,
         cache: ModelCache,
         out: torch.Tensor | None = None,
+        q_out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Layer i's mixer between its projections (GDN conv/gates/delta rule, or attention)."""
+        """Layer i's mixer between its projections (GDN conv/gates/delta rule, or attention), into
+        ``out`` when given; an attention layer writes its rotated q into ``q_out`` when given."""
         layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
         mixer = layer.mixer
         if isinstance(mixer, GatedDeltaNet):
             j = self._linear_idx[i]
             return mixer.core(proj, meta, cache.conv_state[j], cache.ssm_state[j], self.ops, out=out)
         j = self._full_idx[i]
-        return mixer.core(proj, fb, cache.k_cache[j], cache.v_cache[j], self.ops, out=out)
+        return mixer.core(proj, fb, cache.k_cache[j], cache.v_cache[j], self.ops, out=out, q_out=q_out)
 
     def layer_out(
         self,

@@ -177,9 +177,11 @@ def qk_norm_rope_kv(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """qg [T, H, 2D] (query | gate per head), k, v [T, Hkv, D] bf16 views -> q [T, H, D] contiguous,
-    normed and rotated; k (normed, rotated) and v written to the [NB, bs, Hkv, D] caches."""
+    normed and rotated (into ``out`` when given: T * H * D contiguous values, 16-byte aligned); k
+    (normed, rotated) and v written to the [NB, bs, Hkv, D] caches."""
     op = "qk_norm_rope_kv"
     check_cuda(f"{op} qg", qg, torch.bfloat16, dim=3)
     check_cuda(f"{op} k", k, torch.bfloat16, dim=3)
@@ -212,7 +214,9 @@ def qk_norm_rope_kv(
     pos = positions.to(torch.int64).contiguous()  # no copy for the model's int64 tensors
     slots = slot_mapping.to(torch.int64).contiguous()
     inv_freq = _inv_freq(rotary_dim, float(theta), qg.device)  # the reference's fp32 table, cached
-    q = torch.empty((t, h, d), dtype=qg.dtype, device=qg.device)
+    q = output(op, out, (t, h, d), qg.dtype, qg.device)
+    if q.data_ptr() % 16:
+        raise ValueError(f"{op}: out must be 16-byte aligned")
     if t == 0:
         return q
     rows = QK_THREADS // (d // 8)

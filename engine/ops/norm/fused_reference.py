@@ -52,8 +52,10 @@ def qk_norm_rope_kv(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """q/k RMSNorm, partial RoPE and the KV write of a gated-attention layer -> q ``[T, H, D]``.
+    """q/k RMSNorm, partial RoPE and the KV write of a gated-attention layer -> q ``[T, H, D]`` (a
+    view of ``out``, T * H * D contiguous values, when given).
 
     ``qg [T, H, 2D]`` holds each head's query then its gate; only the query half is read here.
     """
@@ -64,4 +66,9 @@ def qk_norm_rope_kv(
     kn = rms_norm(k.reshape(-1, d), k_norm, eps).reshape(t, hkv, d)
     q, kn = apply_rope(q, kn, positions, rotary_dim, theta)
     write_kv(kn, v, k_cache, v_cache, slot_mapping)
-    return q
+    if out is None:
+        return q
+    if out.numel() != q.numel() or not out.is_contiguous():
+        n, shape = q.numel(), tuple(out.shape)
+        raise ValueError(f"qk_norm_rope_kv: out must be contiguous with {n} values, got {shape}")
+    return out.view(t, h, d).copy_(q)
