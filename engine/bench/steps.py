@@ -183,15 +183,12 @@ def idle_split(
 def replay_ms(runner: ModelRunner, seqs: list[ScheduledSeq], reps: int) -> float:
     """Median device time of the step's CUDA graph (a decode graph, or with arm graphs.prefill a lone
     prompt's) replayed alone (kernels plus the gaps between them, no host work); 0 when it has none."""
-    graphs, whole = runner.graphs, runner.prefill_graphs
-    key = graphs.bucket(seqs) if graphs is not None else None
-    if graphs is not None and key is not None and key in graphs.graphs:
-        return time_eager(graphs.graphs[key].graph.replay, reps) / 1e3  # us -> ms
-    tb = whole.bucket(seqs) if whole is not None else None
-    g = whole.graphs.get(tb) if whole is not None and tb is not None else None
-    if g is None or g.graph is None:
-        return 0.0
-    return time_eager(g.graph.replay, reps) / 1e3  # a lone prompt's whole-step graph (graphs.prefill)
+    graph = None
+    if runner.graphs is not None and (key := runner.graphs.bucket(seqs)) in runner.graphs.graphs:
+        graph = runner.graphs.graphs[key].graph
+    elif (whole := runner.prefill_graphs) is not None and (tb := whole.bucket(seqs)) in whole.graphs:
+        graph = whole.graphs[tb].graph  # None in the eager oracle mode
+    return 0.0 if graph is None else time_eager(graph.replay, reps) / 1e3  # us -> ms
 
 
 def print_host_profile(name: str, runner: ModelRunner, seqs: list[ScheduledSeq], reps: int, top: int) -> None:

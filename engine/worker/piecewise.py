@@ -122,11 +122,11 @@ class PiecewiseGraphs:
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.reserved_bytes = 0  # torch memory the buffers and the graph pool hold (build_piecewise)
 
-    def _spare_layout(self, spare_tokens: int, itemsize: int) -> dict[int, tuple[int, int, int, int, int]]:
+    def _spare_layout(self, spare_tokens: int, itemsize: int) -> dict[int, tuple[int, int, int, int]]:
         """Per bucket up to ``spare_tokens``: where a layer core's transients fit in the scratch rows
         that are dead while it runs (past the projection's rows, and past the core buffer's) -> (conv
-        output at, its elements, workspace at, its elements, the scratch end that needs). The conv
-        output's spot also holds an attention core's rotated q (the larger of the two sizes it)."""
+        output at, workspace at, its elements, the scratch end that needs). The conv output's spot
+        also holds an attention core's rotated q (the larger of the two sizes it)."""
         cfg = self.model.cfg
         out = {}
         for tb in self.buckets:
@@ -143,7 +143,7 @@ class PiecewiseGraphs:
                 options.append((gap2 + ws_n, gap1, gap2))
             options.append((_align(gap2 + conv_n) + ws_n, gap2, _align(gap2 + conv_n)))
             end, conv_at, ws_at = min(options)
-            out[tb] = (conv_at, conv_n, ws_at, ws_n, end)
+            out[tb] = (conv_at, ws_at, ws_n, end)
         return out
 
     def core_spare(self, tb: int) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -153,7 +153,7 @@ class PiecewiseGraphs:
         spot = self._spare.get(tb)
         if spot is None:
             return None
-        conv_at, _, ws_at, ws_n, _ = spot
+        conv_at, ws_at, ws_n, _ = spot
         conv = self.scratch[conv_at : conv_at + tb * self.model.cfg.conv_dim].view(tb, -1)
         return conv, self.scratch[ws_at : ws_at + ws_n].view(torch.uint8)
 

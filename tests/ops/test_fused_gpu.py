@@ -20,6 +20,7 @@ import torch
 
 from engine.ops import reference as ref
 from tests.ops.fused_check import BOUND, attn_views, paged, rand
+from tests.ops.kernel_check import poison
 
 
 @pytest.fixture
@@ -30,12 +31,6 @@ def fused_cuda():
     from engine.ops.norm import fused_cuda as mod
 
     return mod
-
-
-def poison(*shapes) -> None:
-    """Fill, then free, blocks of the output sizes so the caching allocator hands the op NaN memory."""
-    for shape in shapes:
-        torch.empty(shape, dtype=torch.bfloat16, device="cuda").fill_(float("nan"))
 
 
 def row_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -49,12 +44,12 @@ def row_err(got: torch.Tensor, want: torch.Tensor) -> float:
 def twice(fn, shapes, state=()):
     """Run fn twice on poisoned outputs (restoring ``state`` tensors between); results must match bitwise."""
     saved = [s.clone() for s in state]
-    poison(*shapes)
+    poison(*((s, torch.bfloat16) for s in shapes))
     a = fn()
     after = [s.clone() for s in state]
     for s, v in zip(state, saved, strict=True):
         s.copy_(v)
-    poison(*shapes)
+    poison(*((s, torch.bfloat16) for s in shapes))
     b = fn()
     for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,), strict=True):
         assert torch.equal(x.view(torch.int16), y.view(torch.int16)), "run-to-run mismatch"

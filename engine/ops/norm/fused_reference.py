@@ -66,9 +66,4 @@ def qk_norm_rope_kv(
     kn = rms_norm(k.reshape(-1, d), k_norm, eps).reshape(t, hkv, d)
     q, kn = apply_rope(q, kn, positions, rotary_dim, theta)
     write_kv(kn, v, k_cache, v_cache, slot_mapping)
-    if out is None:
-        return q
-    if out.numel() != q.numel() or not out.is_contiguous():
-        n, shape = q.numel(), tuple(out.shape)
-        raise ValueError(f"qk_norm_rope_kv: out must be contiguous with {n} values, got {shape}")
-    return out.view(t, h, d).copy_(q)
+    return q if out is None else out.view(t, h, d).copy_(q)
