@@ -7,6 +7,7 @@
 #   ARMS_*  space-separated arm names for --kernel-arms ("" = the defaults), e.g. "conv.chunk8 conv.k4 conv.vec4"
 #   PAIRS   alternated A/B pairs before the A/A pair (default 2)
 # Env: PY (default python3), PORT_A/PORT_B (8001/8002), CONCURRENCY (default 32, W1's; 1 for W2),
+#   REQUEST_RATE: requests per second, Poisson arrivals (open loop, capped at CONCURRENCY in flight),
 #   FLAGS_A/FLAGS_B: serve flags for one side only (A/B a server flag with equal arms, e.g.
 #   FLAGS_B="--gdn-state-memory upfront"); PY_A/PY_B: the Python command of one side only (default
 #   PY), e.g. a wrapper that runs an older checkout, to A/B two trees with equal arms and flags.
@@ -56,7 +57,7 @@ fi
 echo "A: ${PY_A:-$PY} --kernel-arms ${arms_a:-(defaults)} ${FLAGS_A:-}   B: ${PY_B:-$PY} --kernel-arms ${arms_b:-(defaults)} ${FLAGS_B:-}" \
     | tee "$out/arms.txt"
 "$PY" -m loadgen ab --a-url "http://127.0.0.1:$PORT_A" --b-url "http://127.0.0.1:$PORT_B" --pairs "$pairs" \
-    --dataset "$w1" --concurrency "$CONCURRENCY" --num-warmups 2 --no-progress --out-dir "$out" 2>"$out/ab.log" \
+    --dataset "$w1" --concurrency "$CONCURRENCY" ${REQUEST_RATE:+--request-rate "$REQUEST_RATE"} --num-warmups 2 --no-progress --out-dir "$out" 2>"$out/ab.log" \
     | tee "$out/ab-table.txt"
 rc=${PIPESTATUS[0]}
 for arm in A B; do

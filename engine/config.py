@@ -36,7 +36,7 @@ class ModelConfig:
     kernel_arms: tuple[str, ...] = ()
     """The full set of kernel variants (arms) to use; empty = the defaults (conv.chunk8 conv.k4
     conv.vec4 decode.fused prefill.tensorcore prefill.split norm.fused attention.qk_fused
-    attention.paged linear.skinny graphs.pdl graphs.piecewise graphs.prefill).
+    attention.paged linear.skinny graphs.pdl graphs.piecewise graphs.prefill graphs.mixed).
     Also known: attention.lazy_rescale, sample.argmax (the registry: engine/ops/arms.py)."""
     max_model_len: int = 0
     """Context length (prompt + output); 0 = the model's max_position_embeddings capped at 32768."""

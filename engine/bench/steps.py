@@ -5,7 +5,8 @@
 Steps, each through ``ModelRunner.execute_model`` (host batch build, forward, sampling), so decode-only
 steps replay their CUDA graph as in serving:
 - prefill: 2 sequences x 1,024 new tokens (and one, W2's prompt);
-- mixed: 32 decodes at ~1,100 tokens of context + 2,016 prefill tokens (one 1,024 prompt + a 992 chunk);
+- mixed: 32 decodes at ~1,100 tokens of context + 2,016 prefill tokens (one 1,024 prompt + a 992 chunk),
+  and one new prompt behind 4 decodes (200 or 1,000 tokens) or 63 (256 tokens: W3's arrivals);
 - decode at batch 1, 8, 32 and 64, ~1,100 tokens of context.
 Reported per kind: wall time (median over repetitions, the sampler's host copy synchronises), launch
 (the host's time to build and queue the step, before it waits for the tokens: a step whose launch
@@ -84,6 +85,10 @@ class Steps:
             "mixed 32 dec + 2016": [self.seq(i, 1, CTX) for i in range(32)]
             + [self.seq(32, 1024, 0), self.seq(33, 992, 32)],
         }
+        # a prompt arriving while others decode: a few interactive users, and W3's 64 at 256 tokens
+        for nd, n in ((4, 200), (4, 1000), (63, 256)):
+            if nd < self.r.num_state_slots - 1:
+                out[f"mixed {nd} dec + {n}"] = [self.seq(i, 1, CTX) for i in range(nd)] + [self.seq(nd, n, 0)]
         for b in (1, 8, 32, 64):
             if b < self.r.num_state_slots:
                 out[f"decode b{b}"] = [self.seq(i, 1, CTX) for i in range(b)]
@@ -181,13 +186,14 @@ def idle_split(
 
 
 def replay_ms(runner: ModelRunner, seqs: list[ScheduledSeq], reps: int) -> float:
-    """Median device time of the step's CUDA graph (a decode graph, or with arm graphs.prefill a lone
-    prompt's) replayed alone (kernels plus the gaps between them, no host work); 0 when it has none."""
+    """Median device time of the step's CUDA graph (a decode graph, or with arms graphs.prefill /
+    graphs.mixed a whole step's) replayed alone (kernels plus the gaps between them, no host work); 0
+    when it has none."""
     graph = None
     if runner.graphs is not None and (key := runner.graphs.bucket(seqs)) in runner.graphs.graphs:
         graph = runner.graphs.graphs[key].graph
-    elif (whole := runner.prefill_graphs) is not None and (tb := whole.bucket(seqs)) in whole.graphs:
-        graph = whole.graphs[tb].graph  # None in the eager oracle mode
+    elif (whole := runner.prefill_graphs) is not None and (k := whole.bucket(seqs)) in whole.graphs:
+        graph = whole.graphs[k].graph  # None in the eager oracle mode
     return 0.0 if graph is None else time_eager(graph.replay, reps) / 1e3  # us -> ms
 
 

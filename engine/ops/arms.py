@@ -24,6 +24,7 @@ SPLIT_EVIDENCE = "docs/bench-evidence/2026-12-01-chunk-split.md"
 LAZY_EVIDENCE = "docs/bench-evidence/2026-12-02-s28.md"
 ARGMAX_EVIDENCE = VEC4_EVIDENCE = "docs/bench-evidence/2026-12-02-s30.md"
 PREFILL_GRAPH_EVIDENCE = "docs/bench-evidence/2026-12-03-s31.md"
+MIXED_GRAPH_EVIDENCE = "docs/bench-evidence/2026-12-03-s33.md"
 
 
 # the "op" of an arm that changes how steps launch kernels (CUDA graphs) rather than an op's kernel
@@ -224,12 +225,27 @@ ARM_LIST = (
         PREFILL_GRAPH_EVIDENCE,
         _attention_head_dim,
     ),
+    # And on top of graphs.prefill: a step of decodes and one prefill sequence of up to 512 rows replays
+    # one whole-step graph per (decode bucket, token bucket) too (engine/worker/prefill_graphs.py).
+    # Interactive load (W4: natural ShareGPT prompts, Poisson arrivals at 8/s; 3 pairs): TTFT mean
+    # 0.746x, p99 ITL 0.491x (outside the A/A band); W3 within noise (MIXED_GRAPH_EVIDENCE).
+    Arm(
+        "graphs.mixed",
+        LAUNCH_MODE,
+        "whole-step CUDA graphs for decodes + one prefill of up to 512 rows (needs graphs.prefill)",
+        True,
+        MIXED_GRAPH_EVIDENCE,
+        _attention_head_dim,
+    ),
 )
 ARMS: dict[str, Arm] = {a.name: a for a in ARM_LIST}
 # Arms that only work on top of others: the whole-step prefill graphs use the piecewise graphs' buffers
 # and pool, and their grids need the paged attention kernel (the reference attention pads every row's
 # KV to the bound the graph is planned for, the longest block table).
-NEEDS: dict[str, frozenset[str]] = {"graphs.prefill": frozenset({"graphs.piecewise", "attention.paged"})}
+NEEDS: dict[str, frozenset[str]] = {
+    "graphs.prefill": frozenset({"graphs.piecewise", "attention.paged"}),
+    "graphs.mixed": frozenset({"graphs.prefill"}),  # after it: dropped when it is
+}
 DEFAULT_ARMS = frozenset(a.name for a in ARM_LIST if a.default)
 
 

@@ -88,6 +88,7 @@ class ModelRunner:
         self.max_model_len = mc.max_model_len or min(cfg.max_position_embeddings, 32768)
         self.block_size = config.cache.block_size
         sc = config.scheduler
+        self._max_seqs = sc.max_num_seqs
         self._activation_peak = 0
         self._total = 0  # the device's memory, or --device-memory-limit (set by _plan_cuda)
         self.device_name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
@@ -132,13 +133,9 @@ class ModelRunner:
                 pool=self._graph_pool(),
                 logits=self._graph_logits(self.num_state_slots - 1),
             )
-            if mc.cuda_graph_capture == "startup":
-                self.graphs.capture_all()
-            else:
-                self.graphs.capture_largest()
-            self.prefill_graphs = self._prefill_graphs(
-                self.cache, max_blocks, mc.cuda_graph_capture == "startup"
-            )
+            every = mc.cuda_graph_capture == "startup"
+            self.graphs.capture_all() if every else self.graphs.capture_largest()
+            self.prefill_graphs = self._prefill_graphs(self.cache, max_blocks, every)
             self.graph_bytes = self._settled_use() - before
             log.info(
                 "decode graphs: %d captured, %.0f MiB on the device (the memory plan reserved %.0f MiB)",
@@ -250,11 +247,12 @@ class ModelRunner:
         return pw.logits_buffer(max_seqs, self.vocab_size) if pw is not None else None
 
     def _prefill_graphs(self, cache: ModelCache, max_blocks: int, every: bool) -> PrefillGraphs | None:
-        """Arm graphs.prefill's graphs over ``cache``: every bucket captured (``every``) or the largest."""
+        """Arms graphs.prefill / graphs.mixed over ``cache``: every key captured (``every``) or one."""
         if self.piecewise is None or "graphs.prefill" not in self.model_config.kernel_arms:
             return None
-        pg = PrefillGraphs(self.piecewise, cache, max_blocks, pdl=self.pdl)
-        pg.capture_all() if every else pg.capture(pg.buckets[-1])
+        mixed = self._max_seqs - 1 if "graphs.mixed" in self.model_config.kernel_arms else 0
+        pg = PrefillGraphs(self.piecewise, cache, max_blocks, pdl=self.pdl, max_decodes=mixed)
+        pg.capture_all() if every else pg.capture((0, pg.buckets[-1]))
         return pg
 
     def _probe_graphs(self, max_seqs: int, max_blocks: int, every: bool) -> int:
@@ -337,12 +335,12 @@ class ModelRunner:
         # A scoring step keeps every prompt row's hidden state, so it is never a decode graph; it runs
         # piecewise (or eagerly) like a prefill.
         key = self.graphs.bucket(seqs) if self.graphs is not None and not scoring else None
-        pg = self.prefill_graphs if not scoring and feed is None else None
-        tb = pg.bucket(seqs) if pg is not None else None
+        pg = self.prefill_graphs if not scoring else None
+        whole = pg.bucket(seqs) if pg is not None and key is None else None
         if key is not None:
             logits = self.graphs.run(seqs, key, lambda ids: patch_inputs(ids, feed))  # type: ignore[union-attr]
-        elif tb is not None:
-            logits = pg.run(seqs[0], tb)  # type: ignore[union-attr]
+        elif whole is not None:
+            logits = pg.run(seqs, whole, lambda ids: patch_inputs(ids, feed))  # type: ignore[union-attr]
         else:
             fb = ForwardBatch.build(seqs, self.block_size, self.device)
             patch_inputs(fb.input_ids, feed)
