@@ -60,13 +60,17 @@ def capture_stream(device: torch.device) -> torch.cuda.Stream:
 @contextlib.contextmanager
 def no_gc() -> Iterator[None]:
     """Collect garbage now, then keep Python's collector off until the capture inside is done (used as
-    a decorator on each capture).
+    a decorator on each capture, and around each set's ``capture_all``).
     A collection that runs mid-capture can destroy an unreachable CUDA graph (a runner or probe
     left in a reference cycle), and a graph destroyed while a stream captures invalidates that
-    capture (cudaErrorStreamCaptureInvalidated, seen with two runners in one test process)."""
+    capture (cudaErrorStreamCaptureInvalidated, seen with two runners in one test process). Inside
+    an outer ``no_gc`` the collector is already off and nothing was collected since it was turned
+    off, so there is nothing to collect: a full collection of the server's heap takes tens of ms
+    (~90 ms on the 2-core CI machine), once per capture was hundreds of them at start-up."""
     was = gc.isenabled()
-    gc.collect()
-    gc.disable()
+    if was:
+        gc.collect()
+        gc.disable()
     try:
         yield
     finally:
@@ -213,6 +217,7 @@ class DecodeGraphs:
             if limit is None or b * n * self.block_size <= limit
         ]
 
+    @no_gc()
     def capture_all(self) -> None:
         """Capture every bucket now (``--cuda-graph-capture startup``), so no step waits for a capture
         while serving."""
@@ -269,12 +274,20 @@ class DecodeGraphs:
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         out = self.logits[:batch]
-        with torch.cuda.graph(graph, pool=self.pool, stream=side), graph_launches(self.pdl):
-            # read after torch.cuda.graph emptied the allocator's cache, so the delta is the graph
-            # pool's growth alone (read before, the warm-up's freed transients counted against it:
-            # 56 captures at start-up summed to -1.44 GiB)
-            reserved = torch.cuda.memory_reserved(fb.input_ids.device)
-            self.model(fb, self.cache, out=out)
-        self.reserved_bytes += torch.cuda.memory_reserved(fb.input_ids.device) - reserved
+        dev = fb.input_ids.device
+        # What torch.cuda.graph() does first, less its gc.collect() (no_gc's job, once for every
+        # capture of a capture_all): the allocator's cache emptied, so that ``reserved`` is read with
+        # the warm-up's freed transients gone and the delta is the graph pool's growth alone (read
+        # before, they counted against it: 56 captures at start-up summed to -1.44 GiB)
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()
+        reserved = torch.cuda.memory_reserved(dev)
+        with torch.cuda.stream(side), graph_launches(self.pdl):
+            graph.capture_begin(pool=self.pool)
+            try:
+                self.model(fb, self.cache, out=out)
+            finally:
+                graph.capture_end()
+        self.reserved_bytes += torch.cuda.memory_reserved(dev) - reserved
         log.debug("captured decode graph: batch %d, %d KV blocks", batch, blocks)
         return _Graph(graph, fb, out)

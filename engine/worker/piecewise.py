@@ -292,6 +292,7 @@ class PiecewiseGraphs:
         self.graphs[tb] = graphs
         return graphs
 
+    @no_gc()
     def capture_all(self) -> None:
         """Every bucket, largest first (the smaller ones reuse its pool memory)."""
         t0 = time.perf_counter()

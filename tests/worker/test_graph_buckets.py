@@ -41,3 +41,25 @@ def test_graph_bucket_refuses_what_must_run_eagerly():
     # 64 sequences x 1,024 blocks x 32 tokens exceeds the graphs' KV budget.
     assert 64 * 1024 * 32 > MAX_GRAPH_KV_TOKENS
     assert graph_bucket([decode(1000)] * 64, b, n, 32) is None
+
+
+def test_no_gc_collects_once_for_nested_captures(monkeypatch):
+    """A capture collects garbage and keeps the collector off; inside an outer no_gc (a whole
+    capture_all) the inner captures collect nothing more, and the collector is back on after."""
+    import gc
+
+    from engine.worker.cuda_graphs import no_gc
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(a) or 0)
+    assert gc.isenabled()
+    with no_gc():
+        assert not gc.isenabled() and len(calls) == 1
+        for _ in range(3):
+            with no_gc():
+                assert not gc.isenabled()
+        assert not gc.isenabled() and len(calls) == 1
+    assert gc.isenabled()
+    with no_gc():
+        pass
+    assert len(calls) == 2 and gc.isenabled()
