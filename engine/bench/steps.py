@@ -7,6 +7,7 @@ steps replay their CUDA graph as in serving:
 - prefill: 2 sequences x 1,024 new tokens (and one, W2's prompt);
 - mixed: 32 decodes at ~1,100 tokens of context + 2,016 prefill tokens (one 1,024 prompt + a 992 chunk),
   and one new prompt behind 4 decodes (200 or 1,000 tokens) or 63 (256 tokens: W3's arrivals);
+- score: one 200-token prompt whose every prompt token is scored (echo + logprobs: lm-eval);
 - decode at batch 1, 8, 32 and 64, ~1,100 tokens of context.
 Reported per kind: wall time (median over repetitions, the sampler's host copy synchronises), launch
 (the host's time to build and queue the step, before it waits for the tokens: a step whose launch
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import io
 import math
 import pstats
@@ -89,6 +91,12 @@ class Steps:
         for nd, n in ((4, 200), (4, 1000), (63, 256)):
             if nd < self.r.num_state_slots - 1:
                 out[f"mixed {nd} dec + {n}"] = [self.seq(i, 1, CTX) for i in range(nd)] + [self.seq(nd, n, 0)]
+        # a lone prompt scored (echo + logprobs, lm-eval's loglikelihood requests): every row's logprob
+        score = self.seq(0, 200, 0)
+        scoring = SamplingParams(temperature=0.0, prompt_logprobs=1)
+        out["score 1 x 200"] = [
+            dataclasses.replace(score, params=scoring, history=score.token_ids, num_prompt=200)
+        ]
         for b in (1, 8, 32, 64):
             if b < self.r.num_state_slots:
                 out[f"decode b{b}"] = [self.seq(i, 1, CTX) for i in range(b)]

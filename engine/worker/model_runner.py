@@ -1,13 +1,11 @@
 """ModelRunner: owns the model, the memory pools and the sampler; runs one scheduled step.
 
-``execute(batch) -> logits`` is the model call; ``execute_model(seqs)`` builds the ForwardBatch
-on the host (no device sync), runs it (a decode graph, the piecewise graphs or eagerly) and samples
-on device. Pool sizes are decided here, once (engine/worker/memory.py says how the device budget is
-spent and accounted): state slots = ``max_num_seqs + 1`` (slot 0 reserved) or as many as the budget
-holds, KV blocks from the override, from ``--kv-cache-memory`` or from what the budget leaves after
-the warm-up steps (engine/worker/warmup.py), the piecewise graphs (kept) and the decode graphs, all
-measured on a small profile pool.
-"""
+``execute(batch) -> logits`` is the model call; ``execute_model(seqs)`` builds the step on the host (no
+device sync), runs it (a decode graph, a whole-step graph, the piecewise graphs or eagerly) and samples
+on device. Pool sizes are decided here, once (engine/worker/memory.py): state slots = ``max_num_seqs +
+1`` (slot 0 reserved) or as many as the budget holds, KV blocks from the override, ``--kv-cache-memory``
+or what the budget leaves after the warm-up steps (engine/worker/warmup.py) and the graphs, all
+measured on a small profile pool."""
 
 from __future__ import annotations
 
@@ -332,15 +330,19 @@ class ModelRunner:
         feed = self._feed(seqs, prev)
         scored: list = []
         scoring = wants_prompt_logprobs(seqs)
-        # A scoring step keeps every prompt row's hidden state, so it is never a decode graph; it runs
-        # piecewise (or eagerly) like a prefill.
+        # A scoring step reads every prompt row's hidden state: never a decode graph; a whole-step
+        # graph only for a lone prompt (behind decodes its rows would not start at row 0)
         key = self.graphs.bucket(seqs) if self.graphs is not None and not scoring else None
-        pg = self.prefill_graphs if not scoring else None
+        pg = self.prefill_graphs
         whole = pg.bucket(seqs) if pg is not None and key is None else None
+        whole = None if scoring and whole is not None and whole[0] else whole
         if key is not None:
             logits = self.graphs.run(seqs, key, lambda ids: patch_inputs(ids, feed))  # type: ignore[union-attr]
         elif whole is not None:
             logits = pg.run(seqs, whole, lambda ids: patch_inputs(ids, feed))  # type: ignore[union-attr]
+            if scoring:
+                hidden = pg.hidden_states(len(seqs[0].token_ids))  # type: ignore[union-attr]
+                scored = prompt_logprobs(self.model.compute_logits, hidden, seqs, (0,))
         else:
             fb = ForwardBatch.build(seqs, self.block_size, self.device)
             patch_inputs(fb.input_ids, feed)

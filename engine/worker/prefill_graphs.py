@@ -132,11 +132,10 @@ Key = tuple[int, int]  # (decode rows, token rows) of a graph
 
 def step_shape(seqs: Sequence[SeqSpec]) -> tuple[int, int] | None:
     """(decodes, prefill tokens) of a step these graphs can serve: decodes first, every one sampled,
-    then exactly one prefill sequence, sampled when it is alone; else None."""
+    then exactly one prefill sequence (sampled or not: a chunk's logits row is computed and dropped);
+    else None."""
     nd = len(seqs) - 1
     if nd < 0 or seqs[-1].is_decode or not all(s.is_decode and s.sample for s in seqs[:-1]):
-        return None
-    if nd == 0 and not seqs[-1].sample:
         return None
     return nd, len(seqs[-1].token_ids)
 
@@ -210,6 +209,12 @@ class PrefillGraphs:
                 return self._step(g.batch)[:rows]
         g.graph.replay()
         return g.logits[:rows]  # type: ignore[index]
+
+    def hidden_states(self, num_tokens: int) -> torch.Tensor:
+        """The last lone-prompt replay's hidden states (the last layer's output before the final norm,
+        what ``model.hidden_states`` gives) for its first ``num_tokens`` rows, as a new tensor: a
+        prompt-scoring step reads every row (only a ``(0, tb)`` key's rows start at row 0)."""
+        return self.pw.h[:num_tokens] + self.pw.x[:num_tokens]
 
     @no_gc()
     def capture_all(self) -> None:

@@ -94,9 +94,10 @@ def test_replay_bit_equal_to_the_eager_step_and_close_to_the_plain_forward(tmp_p
 
 
 def test_serving_replays_the_whole_step_for_lone_prompts(tmp_path, monkeypatch):
-    """Through EngineCore (async scheduling): the last chunk of every lone sampled prompt replays its
-    bucket's graph, and the greedy tokens stay close to the runner without the arm (bf16 paths may
-    part at near-ties, so counted, not asserted)."""
+    """Through EngineCore (async scheduling): every chunk of a lone prompt replays its bucket's graph,
+    the scored prompt's too, whose 60 prompt logprobs (read from the graph's buffers) stay within bf16
+    noise of the runner without the arms; the greedy tokens stay close to it (bf16 paths may part at
+    near-ties, so counted, not asserted)."""
     pytest.importorskip("cupy")
     d = _ckpt(tmp_path)
     r = _small_runner(d, "bfloat16", "cuda", eager=False, arms=ARMS)
@@ -105,10 +106,17 @@ def test_serving_replays_the_whole_step_for_lone_prompts(tmp_path, monkeypatch):
     whole = spy(monkeypatch, r.prefill_graphs, "run")
     monkeypatch.setattr(r, "execute", lambda fb: pytest.fail("an eager step ran"))
     a, b = _serve_one_by_one(r), _serve_one_by_one(plain)
-    assert [len(seqs[-1].token_ids) for seqs, *_ in whole] == [7, 30, 16, 4]
+    assert [len(seqs[-1].token_ids) for seqs, *_ in whole] == [7, 30, 48, 13, 16, 48, 48, 4]
+    scored = [[lp for _, lps, _ in x["2"] for lp in lps] for x in (a, b)]  # request 2: prompt logprobs only
+    assert len(scored[0]) == len(scored[1]) == 60
+    assert [lp.token_id for lp in scored[0]] == [lp.token_id for lp in scored[1]]
+    diff = max(abs(x.logprob - y.logprob) for x, y in zip(*scored, strict=True))
+    assert diff < 0.1, diff  # a row off by one position would be off by O(1)
     pairs = zip(a.values(), b.values(), strict=True)
     same = sum([t for t, _, _ in x] == [t for t, _, _ in y] for x, y in pairs)
-    report(test="prefill_graph_serving", whole_steps=len(whole), identical=same, of=len(a))
+    report(
+        test="prefill_graph_serving", whole_steps=len(whole), identical=same, of=len(a), prompt_lp_diff=diff
+    )
 
 
 def test_serving_replays_the_whole_step_for_decodes_and_one_prefill(tmp_path, monkeypatch):

@@ -93,7 +93,7 @@ def _setup(max_tokens: int = 64, max_blocks: int = 8, max_decodes: int = 0):
     return runner, cache, pw, pg
 
 
-def test_only_lone_sampled_prompts_within_the_buckets_take_the_graphs():
+def test_only_lone_prompts_within_the_buckets_take_the_graphs():
     runner, _, _, pg = _setup(max_tokens=64, max_blocks=4)
     v = runner.vocab_size
     assert pg.keys == ((0, 16), (0, 32), (0, 64))  # no decode buckets without graphs.mixed
@@ -104,7 +104,7 @@ def test_only_lone_sampled_prompts_within_the_buckets_take_the_graphs():
     assert pg.bucket([SeqSpec(_ids(9, v), 30, [1, 2, 3], 1)]) == (0, 16)  # a continuing chunk
     assert pg.bucket([SeqSpec(_ids(65, v), 0, [1, 2, 3, 4, 5], 1)]) is None  # beyond the largest bucket
     assert pg.bucket([SeqSpec(_ids(5, v), 60, [1, 2, 3, 4, 5], 1)]) is None  # a longer table than graphed
-    assert pg.bucket([SeqSpec(_ids(20, v), 0, [1, 2], 1, sample=False)]) is None  # a chunk not sampled
+    assert pg.bucket([SeqSpec(_ids(20, v), 0, [1, 2], 1, sample=False)]) == (0, 32)  # a chunk not sampled
     assert pg.bucket([SeqSpec(_ids(1, v), 7, [1], 1)]) is None  # a decode
     assert pg.bucket([prompt, SeqSpec(_ids(3, v), 0, [3], 2)]) is None  # two sequences
     assert pg.bucket([SeqSpec(_ids(1, v), 7, [3], 2), prompt]) is None  # a decode and a prompt
@@ -272,9 +272,9 @@ def _serve_one_by_one(runner: ModelRunner) -> dict[str, list]:
 
 
 def test_the_runner_serves_lone_prompts_through_the_whole_step(monkeypatch):
-    """Served through EngineCore, every step of one sampled prompt (its last chunk) runs the whole-step
-    path, the other prefill steps (earlier chunks, the scored prompt) the pieces, with the plain
-    runner's tokens and logprobs."""
+    """Served through EngineCore, every prefill step of a lone prompt (each chunk, sampled or not, and
+    the scored prompt's, whose prompt logprobs come from the graph's buffers) runs the whole-step
+    path, with the plain runner's tokens, logprobs and prompt logprobs."""
     want = _serve_one_by_one(ModelRunner(EngineConfig(model=resolve_model(ModelConfig()))))
     runner = ModelRunner(EngineConfig(model=resolve_model(ModelConfig())))
     runner.piecewise = pw = PiecewiseGraphs(runner.model, 48, runner.device, capture=False, spare_tokens=48)
@@ -284,10 +284,9 @@ def test_the_runner_serves_lone_prompts_through_the_whole_step(monkeypatch):
     pieces = spy(monkeypatch, pw, "run")
     monkeypatch.setattr(runner, "execute", lambda fb: pytest.fail("a step ran the plain forward"))
     got = _serve_one_by_one(runner)
-    # the last chunks of prompts 0, 1, 3, 4 (prompt 2 is scored); 61- and 100-token prompts' first chunks
-    assert [len(seqs[-1].token_ids) for seqs, *_ in whole] == [7, 30, 16, 4]
-    prefills = [fb.num_tokens for fb, _ in pieces if fb.num_decodes == 0]
-    assert prefills == [48, 48]  # prompt 4's first two chunks (not sampled); the rest are decodes
+    # prompts of 7, 30, 61 (scored), 16 and 100 tokens, in chunks of at most 48
+    assert [len(seqs[-1].token_ids) for seqs, *_ in whole] == [7, 30, 48, 13, 16, 48, 48, 4]
+    assert all(fb.num_decodes for fb, _ in pieces)  # the pieces ran the decode steps alone
     assert [[t for t, _, _ in x] for x in got.values()] == [[t for t, _, _ in x] for x in want.values()]
     compared = 0
     for a, b in zip(got.values(), want.values(), strict=True):
