@@ -31,6 +31,9 @@ sequence has launch shapes that depend on two counts alone, so here it is captur
   (session 31, runs 4-5). What the graphs still cost is the driver's memory for the executable
   graphs, ~1 MiB each (session 32, run 2).
 
+A lone prompt's replay leaves every row's hidden state in the piecewise buffers, which is what a
+prompt-scoring step (echo + logprobs) reads (:meth:`PrefillGraphs.hidden_states`).
+
 A replay computes what an eager run of the same static batch computes, bit for bit (the tests). Against
 the piecewise path it can differ in the last bits where a plan differs (the attention's split count,
 planned here for the longest block table; its warps, chosen by the bucket; the delta rule's split
@@ -61,10 +64,10 @@ log = logging.getLogger(__name__)
 # host (a 2,048-token prefill: ~9 ms to queue piecewise against ~25 ms on the H200), while the largest
 # graph sets how much static memory its transients need (~70 MB at 2,048 tokens, half at 1,024).
 MAX_TOKENS = 1024
-# Steps with decodes take them up to this many rows: above it the device's time nears the pieces'
-# ~14 ms of launches (W1's 32 decodes + 2,016 tokens: whole graph 28.96 ms against 29.05 piecewise
-# back to back, docs/bench-evidence/2026-12-03-s33.md), and each (decode, token) bucket pair is one
-# more graph (~1 MiB of driver memory, ~0.1 s of capture, twice at start-up).
+# Steps with decodes take them up to this many rows: above it the device's time hides the pieces'
+# launches (4 decodes + 1,000 tokens: 16.52 ms as a whole graph against 16.58 piecewise; W1's 32 +
+# 2,016: 28.96 against 29.05; docs/bench-evidence/2026-12-03-s33.md, runs 1 and 3), and each (decode,
+# token) bucket pair is one more graph (~1.4 MiB of driver memory, ~0.05 s of capture, twice).
 MIXED_MAX_TOKENS = 512
 # What the decode rows of a mixed step are padded to (then the runner's most decodes, max_num_seqs - 1):
 # a padding decode costs a GEMM row and CTAs that exit at once, a bucket costs graphs.
