@@ -3,10 +3,21 @@
 A decode-only step of ``b`` sequences whose longest block table has ``n`` blocks runs the graph of
 the smallest bucket (B >= b, N >= n). Every bucket is captured at start-up (``--cuda-graph-capture
 startup``, the default; ``lazy`` captures each on first use) into one shared memory pool (they replay
-one at a time, so they can share it; with the piecewise graphs, the pool is theirs too). Each step
-fills the graph's static inputs with one host-to-device copy per tensor. Padding rows point at the
+one at a time, so they can share it; with the piecewise graphs, the pool is theirs too). A graph's
+per-step inputs are views of one static device buffer that each step fills with one host-to-device
+copy from one pinned buffer, built by numpy (:func:`decode_arrays`). Padding rows point at the
 reserved null KV block 0 and the reserved state slot 0, so whatever they compute lands where nothing
 reads it.
+
+KV-length buckets. With the paged attention kernel (arm attention.paged) a graph's block-table width
+only sets the attention's split plan (the kernel reads the block ids a sequence has, in place), so
+the buckets grow 8x (8, 64, 512, ... blocks): on the H200 a step's replay at any wider bucket up to
+512 blocks is within 0.2% of its own power-of-two bucket's (batch 1 at 200 tokens: 0.5-0.8%), and
+the table's width costs the host a memset (session 34, docs/bench-evidence/2026-12-04-s34.md). Each
+bucket dropped is a graph per batch bucket less, each ~0.9 MiB of driver memory and a capture at
+start-up (twice: probe and real; 56 graphs took 2.0 s at 32 sequences, 28 take 1.4-1.5 s). The
+reference attention materialises every row's KV up to the bucket length, so with it the buckets stay
+powers of two.
 
 Why: on the H200 a batch-32 decode step of the 4B model spent ~34 ms of its 47.5 ms issuing ~1,000
 kernels from Python (docs/bench-evidence/2026-11-29-model-server-w1.md); a replay issues them at once.
@@ -22,10 +33,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from engine.model.cache import ModelCache
-from engine.model.forward_batch import ForwardBatch
+from engine.model.forward_batch import ForwardBatch, layout, pack_pinned, unpack
 from engine.model.qwen3_5.model import Qwen35Model
 from engine.ops.arms import pads_attention
 from engine.ops.launch_ex import programmatic_launches
@@ -91,9 +103,43 @@ def batch_buckets(max_seqs: int) -> tuple[int, ...]:
     return tuple(b for b in BATCH_BUCKETS if b < max_seqs) + (max_seqs,)
 
 
-def block_buckets(max_blocks: int) -> tuple[int, ...]:
-    """Powers of two from 8 blocks, capped at (and ending with) the model's longest block table."""
-    return tuple(sorted({min(8 << i, max_blocks) for i in range(24) if (8 << i) < 2 * max_blocks}))
+def block_buckets(max_blocks: int, ratio: int = 2) -> tuple[int, ...]:
+    """8 blocks times powers of ``ratio`` (2 or 8), capped at (and ending with) the model's longest
+    block table."""
+    if ratio not in (2, 8):
+        raise ValueError(f"block bucket ratio must be 2 or 8, got {ratio}")
+    sizes, n = {max_blocks}, 8
+    while n < max_blocks:
+        sizes.add(n)
+        n *= ratio
+    return tuple(sorted(sizes))
+
+
+def decode_arrays(seqs: Sequence[ScheduledSeq], batch: int, blocks: int, block_size: int) -> list[np.ndarray]:
+    """A decode step's graph inputs at bucket (``batch``, ``blocks``): input_ids, positions, seq_lens,
+    num_computed, slot_mapping, state_slot and block_table, in that order. Padding rows read token 0
+    at position 0 (seq_len 1) through the null block 0 and state slot 0, and table columns past a
+    sequence's blocks hold 0 (never read). With no ``seqs``: the inputs a graph is captured with.
+    Numpy, so the host's cost follows the blocks the sequences hold, not the bucket's width (nested
+    lists through ``torch.tensor`` took 2-5 ms at 32-64 x 1,024 blocks)."""
+    b = len(seqs)
+    if b > batch:
+        raise ValueError(f"{b} sequences do not fit a decode graph of {batch}")
+    pos = np.zeros(batch, np.int64)
+    pos[:b] = [s.num_computed for s in seqs]
+    ids = np.zeros(batch, np.int64)
+    ids[:b] = [s.token_ids[0] for s in seqs]
+    table = np.zeros((batch, blocks), np.int32)
+    for i, s in enumerate(seqs):
+        table[i, : len(s.block_ids)] = s.block_ids
+    slots = np.zeros(batch, np.int64)
+    p = pos[:b]
+    if b and (p // block_size >= np.asarray([len(s.block_ids) for s in seqs])).any():
+        raise ValueError("a decode's block table does not cover its position")
+    slots[:b] = table[np.arange(b), p // block_size].astype(np.int64) * block_size + p % block_size
+    state = np.zeros(batch, np.int32)
+    state[:b] = [s.state_slot for s in seqs]
+    return [ids, pos, (pos + 1).astype(np.int32), pos.astype(np.int32), slots, state, table]
 
 
 def graph_bucket(
@@ -118,6 +164,7 @@ def graph_bucket(
 class _Graph:
     graph: torch.cuda.CUDAGraph
     batch: ForwardBatch  # static device tensors the graph reads
+    inputs: torch.Tensor  # the uint8 device buffer behind the batch's decode_arrays (one copy a step)
     logits: torch.Tensor  # [B, vocab] in the model dtype (the raw lm_head output), written by every replay
 
 
@@ -136,7 +183,7 @@ class DecodeGraphs:
         self.pdl = pdl  # arm graphs.pdl: capture the kernels that support it as programmatic launches
         self.block_size = cache.block_size
         self.batch_buckets = batch_buckets(max_seqs)
-        self.block_buckets = block_buckets(max_blocks)
+        self.block_buckets = block_buckets(max_blocks, 2 if pads_attention(model.ops.paged_attention) else 8)
         # ``pool``: another set of graphs' pool to share (the piecewise graphs'). Every graph here and
         # there leaves its outputs in buffers outside the pool and replays on one stream, one at a time,
         # so what one graph's transients used, any other may reuse.
@@ -172,27 +219,12 @@ class DecodeGraphs:
         g = self.graphs.get(key)
         if g is None:
             g = self.graphs[key] = self._capture(*key)
-        fb, bs, b = g.batch, self.block_size, len(seqs)
-        pad = key[0] - b
-        pos = [s.num_computed for s in seqs]
-        rows = {
-            fb.input_ids: [s.token_ids[0] for s in seqs],
-            fb.positions: pos,
-            fb.seq_lens: [p + 1 for p in pos] + [1] * pad,
-            fb.num_computed: pos,
-            fb.slot_mapping: [s.block_ids[p // bs] * bs + p % bs for s, p in zip(seqs, pos, strict=True)],
-            fb.state_slot: [s.state_slot for s in seqs],
-        }
-        for dst, vals in rows.items():
-            vals = vals + [0] * (key[0] - len(vals))
-            dst.copy_(torch.tensor(vals, dtype=dst.dtype).pin_memory(), non_blocking=True)
-        width = key[1]
-        table = [list(s.block_ids) + [0] * (width - len(s.block_ids)) for s in seqs] + [[0] * width] * pad
-        fb.block_table.copy_(torch.tensor(table, dtype=torch.int32).pin_memory(), non_blocking=True)
+        host, _ = pack_pinned(decode_arrays(seqs, *key, self.block_size))
+        g.inputs.copy_(host, non_blocking=True)  # the caching host allocator keeps host until it ran
         if patch is not None:
-            patch(fb.input_ids)
+            patch(g.batch.input_ids)
         g.graph.replay()
-        return g.logits[:b]
+        return g.logits[: len(seqs)]
 
     def capture_largest(self) -> None:
         """Capture the biggest bucket now (most sequences, longest block table), so the graph pool's
@@ -235,21 +267,22 @@ class DecodeGraphs:
     def _device(self) -> torch.device:
         return self.cache.k_cache[0].device if self.cache.k_cache else self.cache.conv_state[0].device
 
-    def _static_batch(self, batch: int, blocks: int) -> ForwardBatch:
+    def _static_batch(self, batch: int, blocks: int) -> tuple[ForwardBatch, torch.Tensor]:
+        """The graph's static batch (every row padding) and the device buffer its per-step inputs view."""
         dev = self._device()
-
-        def zeros(*shape: int, dtype: torch.dtype) -> torch.Tensor:
-            return torch.zeros(shape, dtype=dtype, device=dev)
-
+        arrays = decode_arrays([], batch, blocks, self.block_size)
+        offsets, _ = layout(arrays)
+        inputs = pack_pinned(arrays)[0].to(dev)
+        ids, pos, lens, computed, slots, state, table = unpack(inputs, arrays, offsets)
         return ForwardBatch(
-            input_ids=zeros(batch, dtype=torch.int64),
-            positions=zeros(batch, dtype=torch.int64),
+            input_ids=ids,
+            positions=pos,
+            seq_lens=lens,
+            num_computed=computed,
+            slot_mapping=slots,
+            state_slot=state,
+            block_table=table,
             query_start_loc=torch.arange(batch + 1, dtype=torch.int32, device=dev),
-            seq_lens=torch.ones(batch, dtype=torch.int32, device=dev),
-            num_computed=zeros(batch, dtype=torch.int32),
-            block_table=zeros(batch, blocks, dtype=torch.int32),
-            slot_mapping=zeros(batch, dtype=torch.int64),
-            state_slot=zeros(batch, dtype=torch.int32),
             has_initial_state=torch.ones(batch, dtype=torch.bool, device=dev),
             logits_indices=torch.arange(batch, dtype=torch.int64, device=dev),
             num_decodes=batch,
@@ -259,11 +292,11 @@ class DecodeGraphs:
             seq_lens_cpu=(1,) * batch,
             num_computed_cpu=(0,) * batch,
             block_size=self.block_size,
-        )
+        ), inputs
 
     @no_gc()
     def _capture(self, batch: int, blocks: int) -> _Graph:
-        fb = self._static_batch(batch, blocks)
+        fb, inputs = self._static_batch(batch, blocks)
         # Warm up on the capture stream first (kernel compilation, cuBLAS workspaces, cached tables);
         # the static inputs all point at null block 0 and state slot 0, so this touches no live state.
         side = capture_stream(fb.input_ids.device)
@@ -290,4 +323,4 @@ class DecodeGraphs:
                 graph.capture_end()
         self.reserved_bytes += torch.cuda.memory_reserved(dev) - reserved
         log.debug("captured decode graph: batch %d, %d KV blocks", batch, blocks)
-        return _Graph(graph, fb, out)
+        return _Graph(graph, fb, inputs, out)

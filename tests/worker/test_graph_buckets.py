@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from engine.worker.cuda_graphs import MAX_GRAPH_KV_TOKENS, batch_buckets, block_buckets, graph_bucket
 from engine.worker.step import ScheduledSeq
 
@@ -63,3 +66,51 @@ def test_no_gc_collects_once_for_nested_captures(monkeypatch):
     with no_gc():
         pass
     assert len(calls) == 2 and gc.isenabled()
+
+
+def test_block_buckets_grow_8x_for_the_paged_attention():
+    from engine.worker.cuda_graphs import block_buckets
+
+    assert block_buckets(1024, 8) == (8, 64, 512, 1024)
+    assert block_buckets(4096, 8) == (8, 64, 512, 4096)
+    assert block_buckets(36, 8) == (8, 36)
+    assert block_buckets(8, 8) == (8,)
+    assert block_buckets(5, 8) == (5,)
+    with pytest.raises(ValueError, match="ratio"):
+        block_buckets(1024, 4)
+
+
+def test_decode_arrays_pad_rows_and_columns_as_the_graph_was_captured():
+    """The per-step inputs of a decode graph: real rows first, then padding rows on token 0, position
+    0, seq_len 1, the null block and state slot 0; table columns past a sequence's blocks are 0."""
+    from engine.worker.cuda_graphs import decode_arrays
+
+    seqs = [
+        ScheduledSeq(token_ids=[11], num_computed=5, block_ids=[3], state_slot=2),
+        ScheduledSeq(token_ids=[12], num_computed=40, block_ids=[7, 9, 4], state_slot=5),
+        ScheduledSeq(token_ids=[13], num_computed=16, block_ids=[6, 8], state_slot=1),
+    ]
+    ids, pos, lens, computed, slots, state, table = decode_arrays(seqs, 4, 8, 16)
+    assert ids.tolist() == [11, 12, 13, 0] and ids.dtype == np.int64
+    assert pos.tolist() == [5, 40, 16, 0] and pos.dtype == np.int64
+    assert lens.tolist() == [6, 41, 17, 1] and lens.dtype == np.int32
+    assert computed.tolist() == [5, 40, 16, 0] and computed.dtype == np.int32
+    # position p lives in block block_ids[p // 16] at offset p % 16
+    assert slots.tolist() == [3 * 16 + 5, 4 * 16 + 8, 8 * 16 + 0, 0] and slots.dtype == np.int64
+    assert state.tolist() == [2, 5, 1, 0] and state.dtype == np.int32
+    assert table.shape == (4, 8) and table.dtype == np.int32
+    assert table.tolist() == [
+        [3, 0, 0, 0, 0, 0, 0, 0],
+        [7, 9, 4, 0, 0, 0, 0, 0],
+        [6, 8, 0, 0, 0, 0, 0, 0],
+        [0] * 8,
+    ]
+    # the capture's inputs: every row padding
+    empty = decode_arrays([], 2, 8, 16)
+    assert [a.tolist() for a in empty[:6]] == [[0, 0], [0, 0], [1, 1], [0, 0], [0, 0], [0, 0]]
+    assert not empty[6].any()
+    with pytest.raises(ValueError, match="do not fit"):
+        decode_arrays(seqs, 2, 8, 16)
+    short = ScheduledSeq(token_ids=[1], num_computed=16, block_ids=[3], state_slot=1)
+    with pytest.raises(ValueError, match="does not cover"):
+        decode_arrays([short], 1, 8, 16)
