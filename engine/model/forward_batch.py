@@ -199,3 +199,14 @@ def unpack(buf: torch.Tensor, arrays: list[np.ndarray], offsets: list[int]) -> l
         buf[off : off + a.nbytes].view(_TORCH[a.dtype]).view(a.shape)
         for a, off in zip(arrays, offsets, strict=True)
     ]
+
+
+def fill(buf: torch.Tensor, arrays: list[np.ndarray]) -> None:
+    """Copy host arrays into a static buffer laid out for them (:func:`layout`): on CUDA one pinned,
+    non-blocking copy, stream-ordered after the replays before it (the pinned buffer is torch's
+    caching host allocator's, not reused until the copy has run)."""
+    if buf.is_cuda:
+        buf.copy_(pack_pinned(arrays)[0], non_blocking=True)
+        return
+    for t, a in zip(unpack(buf, arrays, layout(arrays)[0]), arrays, strict=True):
+        t.copy_(torch.from_numpy(np.ascontiguousarray(a)))

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from engine.model.cache import ModelCache
-from engine.model.forward_batch import ForwardBatch, layout, pack_pinned, unpack
+from engine.model.forward_batch import ForwardBatch, fill, layout, unpack
 from engine.model.qwen3_5.model import Qwen35Model
 from engine.ops.arms import pads_attention
 from engine.ops.launch_ex import programmatic_launches
@@ -115,13 +115,16 @@ def block_buckets(max_blocks: int, ratio: int = 2) -> tuple[int, ...]:
     return tuple(sorted(sizes))
 
 
-def decode_arrays(seqs: Sequence[ScheduledSeq], batch: int, blocks: int, block_size: int) -> list[np.ndarray]:
-    """A decode step's graph inputs at bucket (``batch``, ``blocks``): input_ids, positions, seq_lens,
-    num_computed, slot_mapping, state_slot and block_table, in that order. Padding rows read token 0
-    at position 0 (seq_len 1) through the null block 0 and state slot 0, and table columns past a
-    sequence's blocks hold 0 (never read). With no ``seqs``: the inputs a graph is captured with.
-    Numpy, so the host's cost follows the blocks the sequences hold, not the bucket's width (nested
-    lists through ``torch.tensor`` took 2-5 ms at 32-64 x 1,024 blocks)."""
+def decode_arrays(
+    seqs: Sequence[ScheduledSeq], batch: int, blocks: int, block_size: int
+) -> dict[str, np.ndarray]:
+    """A decode step's graph inputs at bucket (``batch``, ``blocks``), named as ForwardBatch's fields:
+    padding rows read token 0 at position 0 (seq_len 1) through the null block 0 and state slot 0,
+    and table columns past a sequence's blocks hold 0 (never read). With no ``seqs``: the inputs a
+    graph is captured with. Numpy, so the host's cost follows the blocks the sequences hold, not the
+    bucket's width (nested lists through ``torch.tensor`` took 2-5 ms at 32-64 x 1,024 blocks). Not
+    ``host_arrays`` plus padding: that builds more than a decode graph reads, 70-200 us more a step
+    at 32 sequences (CPU)."""
     b = len(seqs)
     if b > batch:
         raise ValueError(f"{b} sequences do not fit a decode graph of {batch}")
@@ -139,7 +142,15 @@ def decode_arrays(seqs: Sequence[ScheduledSeq], batch: int, blocks: int, block_s
     slots[:b] = table[np.arange(b), p // block_size].astype(np.int64) * block_size + p % block_size
     state = np.zeros(batch, np.int32)
     state[:b] = [s.state_slot for s in seqs]
-    return [ids, pos, (pos + 1).astype(np.int32), pos.astype(np.int32), slots, state, table]
+    return {
+        "input_ids": ids,
+        "positions": pos,
+        "seq_lens": (pos + 1).astype(np.int32),
+        "num_computed": pos.astype(np.int32),
+        "slot_mapping": slots,
+        "state_slot": state,
+        "block_table": table,
+    }
 
 
 def graph_bucket(
@@ -219,8 +230,7 @@ class DecodeGraphs:
         g = self.graphs.get(key)
         if g is None:
             g = self.graphs[key] = self._capture(*key)
-        host, _ = pack_pinned(decode_arrays(seqs, *key, self.block_size))
-        g.inputs.copy_(host, non_blocking=True)  # the caching host allocator keeps host until it ran
+        fill(g.inputs, list(decode_arrays(seqs, *key, self.block_size).values()))
         if patch is not None:
             patch(g.batch.input_ids)
         g.graph.replay()
@@ -270,18 +280,14 @@ class DecodeGraphs:
     def _static_batch(self, batch: int, blocks: int) -> tuple[ForwardBatch, torch.Tensor]:
         """The graph's static batch (every row padding) and the device buffer its per-step inputs view."""
         dev = self._device()
-        arrays = decode_arrays([], batch, blocks, self.block_size)
-        offsets, _ = layout(arrays)
-        inputs = pack_pinned(arrays)[0].to(dev)
-        ids, pos, lens, computed, slots, state, table = unpack(inputs, arrays, offsets)
+        host = decode_arrays([], batch, blocks, self.block_size)
+        arrays = list(host.values())
+        offsets, total = layout(arrays)
+        inputs = torch.empty(total, dtype=torch.uint8, device=dev)
+        fill(inputs, arrays)
+        views: dict[str, Any] = dict(zip(host, unpack(inputs, arrays, offsets), strict=True))
         return ForwardBatch(
-            input_ids=ids,
-            positions=pos,
-            seq_lens=lens,
-            num_computed=computed,
-            slot_mapping=slots,
-            state_slot=state,
-            block_table=table,
+            **views,
             query_start_loc=torch.arange(batch + 1, dtype=torch.int32, device=dev),
             has_initial_state=torch.ones(batch, dtype=torch.bool, device=dev),
             logits_indices=torch.arange(batch, dtype=torch.int64, device=dev),

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from engine.model.cache import ModelCache
-from engine.model.forward_batch import ForwardBatch, SeqSpec, host_arrays, layout, pack_pinned, unpack
+from engine.model.forward_batch import ForwardBatch, SeqSpec, fill, host_arrays, layout, unpack
 from engine.model.qwen3_5.layers import GDNMeta
 from engine.worker.cuda_graphs import capture_stream, graph_launches, no_gc
 from engine.worker.piecewise import PiecewiseGraphs
@@ -117,17 +117,6 @@ def padded_arrays(
     li = np.where(li >= nd, li + pad, li)
     host["logits_indices"] = np.concatenate([li, np.zeros(decodes + 1 - len(li), li.dtype)])
     return host, ints
-
-
-def fill(buf: torch.Tensor, arrays: list[np.ndarray]) -> None:
-    """Copy host arrays into a static buffer laid out for them (:func:`layout`): on CUDA one pinned,
-    non-blocking copy, stream-ordered after the replays before it (the pinned buffer is torch's
-    caching host allocator's, not reused until the copy has run)."""
-    if buf.is_cuda:
-        buf.copy_(pack_pinned(arrays)[0], non_blocking=True)
-        return
-    for t, a in zip(unpack(buf, arrays, layout(arrays)[0]), arrays, strict=True):
-        t.copy_(torch.from_numpy(np.ascontiguousarray(a)))
 
 
 Key = tuple[int, int]  # (decode rows, token rows) of a graph

@@ -90,7 +90,11 @@ def test_decode_arrays_pad_rows_and_columns_as_the_graph_was_captured():
         ScheduledSeq(token_ids=[12], num_computed=40, block_ids=[7, 9, 4], state_slot=5),
         ScheduledSeq(token_ids=[13], num_computed=16, block_ids=[6, 8], state_slot=1),
     ]
-    ids, pos, lens, computed, slots, state, table = decode_arrays(seqs, 4, 8, 16)
+    arrays = decode_arrays(seqs, 4, 8, 16)
+    assert list(arrays) == [
+        "input_ids", "positions", "seq_lens", "num_computed", "slot_mapping", "state_slot", "block_table",
+    ]  # fmt: skip
+    ids, pos, lens, computed, slots, state, table = arrays.values()
     assert ids.tolist() == [11, 12, 13, 0] and ids.dtype == np.int64
     assert pos.tolist() == [5, 40, 16, 0] and pos.dtype == np.int64
     assert lens.tolist() == [6, 41, 17, 1] and lens.dtype == np.int32
@@ -106,9 +110,9 @@ def test_decode_arrays_pad_rows_and_columns_as_the_graph_was_captured():
         [0] * 8,
     ]
     # the capture's inputs: every row padding
-    empty = decode_arrays([], 2, 8, 16)
+    empty = list(decode_arrays([], 2, 8, 16).values())
     assert [a.tolist() for a in empty[:6]] == [[0, 0], [0, 0], [1, 1], [0, 0], [0, 0], [0, 0]]
-    assert not empty[6].any()
+    assert empty[6].shape == (2, 8) and not empty[6].any()
     with pytest.raises(ValueError, match="do not fit"):
         decode_arrays(seqs, 2, 8, 16)
     short = ScheduledSeq(token_ids=[1], num_computed=16, block_ids=[3], state_slot=1)
