@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.worker.cuda_graphs import MAX_GRAPH_KV_TOKENS, batch_buckets, block_buckets, graph_bucket
+from engine.worker.cuda_graphs import (
+    MAX_GRAPH_KV_TOKENS,
+    batch_buckets,
+    block_buckets,
+    decode_arrays,
+    graph_bucket,
+)
 from engine.worker.step import ScheduledSeq
 
 
@@ -69,8 +75,6 @@ def test_no_gc_collects_once_for_nested_captures(monkeypatch):
 
 
 def test_block_buckets_grow_8x_for_the_paged_attention():
-    from engine.worker.cuda_graphs import block_buckets
-
     assert block_buckets(1024, 8) == (8, 64, 512, 1024)
     assert block_buckets(4096, 8) == (8, 64, 512, 4096)
     assert block_buckets(36, 8) == (8, 36)
@@ -83,8 +87,6 @@ def test_block_buckets_grow_8x_for_the_paged_attention():
 def test_decode_arrays_pad_rows_and_columns_as_the_graph_was_captured():
     """The per-step inputs of a decode graph: real rows first, then padding rows on token 0, position
     0, seq_len 1, the null block and state slot 0; table columns past a sequence's blocks are 0."""
-    from engine.worker.cuda_graphs import decode_arrays
-
     seqs = [
         ScheduledSeq(token_ids=[11], num_computed=5, block_ids=[3], state_slot=2),
         ScheduledSeq(token_ids=[12], num_computed=40, block_ids=[7, 9, 4], state_slot=5),
