@@ -10,7 +10,9 @@
 #   REQUEST_RATE: requests per second, Poisson arrivals (open loop, capped at CONCURRENCY in flight),
 #   FLAGS_A/FLAGS_B: serve flags for one side only (A/B a server flag with equal arms, e.g.
 #   FLAGS_B="--gdn-state-memory upfront"); PY_A/PY_B: the Python command of one side only (default
-#   PY), e.g. a wrapper that runs an older checkout, to A/B two trees with equal arms and flags.
+#   PY), e.g. a wrapper that runs an older checkout, to A/B two trees with equal arms and flags;
+#   EXTRA_BODY: a JSON object merged into every request (loadgen --extra-body), e.g. '{"echo": true,
+#   "logprobs": 1}' for prompt scoring as lm-eval's loglikelihood requests do.
 # Output: OUT_DIR/ab.json (per-metric B/A ratios and the A/A band), run-*.json, server logs, and
 # peak-memory.txt: each server's peak device-memory gauge after all its runs. The servers persist
 # across runs, so loadgen leaves their (cumulative) peak out of ab.json's ratios; the gauge is
@@ -57,7 +59,7 @@ fi
 echo "A: ${PY_A:-$PY} --kernel-arms ${arms_a:-(defaults)} ${FLAGS_A:-}   B: ${PY_B:-$PY} --kernel-arms ${arms_b:-(defaults)} ${FLAGS_B:-}" \
     | tee "$out/arms.txt"
 "$PY" -m loadgen ab --a-url "http://127.0.0.1:$PORT_A" --b-url "http://127.0.0.1:$PORT_B" --pairs "$pairs" \
-    --dataset "$w1" --concurrency "$CONCURRENCY" ${REQUEST_RATE:+--request-rate "$REQUEST_RATE"} --num-warmups 2 --no-progress --out-dir "$out" 2>"$out/ab.log" \
+    --dataset "$w1" --concurrency "$CONCURRENCY" ${REQUEST_RATE:+--request-rate "$REQUEST_RATE"} ${EXTRA_BODY:+--extra-body "$EXTRA_BODY"} --num-warmups 2 --no-progress --out-dir "$out" 2>"$out/ab.log" \
     | tee "$out/ab-table.txt"
 rc=${PIPESTATUS[0]}
 for arm in A B; do

@@ -65,6 +65,11 @@ def _add_client_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let EOS end a request")
     p.add_argument(
+        "--extra-body",
+        default=None,
+        help='JSON object merged into every request body, e.g. \'{"echo": true, "logprobs": 1}\' (scoring)',
+    )
+    p.add_argument(
         "--api-key",
         default=os.environ.get("DELTASERVE_API_KEY"),
         help="Bearer token (env DELTASERVE_API_KEY)",
@@ -122,6 +127,14 @@ def _client_config(args: argparse.Namespace, base_url: str):
         raise SystemExit("loadgen: --concurrency must be at least 1")
     if args.request_rate <= 0:
         raise SystemExit("loadgen: --request-rate must be positive")
+    extra: dict = {}
+    if args.extra_body is not None:
+        try:
+            extra = json.loads(args.extra_body)
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"loadgen: --extra-body is not valid JSON: {e}") from None
+        if not isinstance(extra, dict):
+            raise SystemExit("loadgen: --extra-body must be a JSON object")
     return RunConfig(
         base_url=base_url,
         model=args.model,
@@ -138,6 +151,7 @@ def _client_config(args: argparse.Namespace, base_url: str):
         request_timeout=args.request_timeout,
         percentiles=tuple(float(x) for x in args.percentiles.split(",") if x.strip()),
         progress=args.progress,
+        extra_body=extra,
     )
 
 

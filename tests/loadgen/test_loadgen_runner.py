@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, StreamingRespon
 from starlette.routing import Route
 
 from loadgen.__main__ import main
-from loadgen.runner import RunConfig, SSEParser, run_benchmark
+from loadgen.runner import RunConfig, SSEParser, build_body, run_benchmark
 from tests.procs import free_port
 
 FIRST_DELAY = 0.05  # server-side sleep before the first token
@@ -300,3 +300,16 @@ def test_ab_starts_and_stops_server_commands(tmp_path: Path) -> None:
     with socket.socket() as s:  # the last server is gone: its port is free to listen on again
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not a listener
         s.bind(("127.0.0.1", port))
+
+
+def test_extra_body_flag_reaches_every_request() -> None:
+    from loadgen.__main__ import _client_config, build_parser
+
+    argv = ["run", "--dataset-name", "random", "--extra-body", '{"echo": true, "logprobs": 1}']
+    cfg = _client_config(build_parser().parse_args(argv), "http://127.0.0.1:1")
+    body = build_body(cfg, "m", {"prompt_token_ids": [1, 2], "output_len": 1})
+    assert body["echo"] is True and body["logprobs"] == 1 and body["max_tokens"] == 1
+    for bad in ("[1]", "{echo"):
+        args = build_parser().parse_args([*argv[:-1], bad])
+        with pytest.raises(SystemExit, match="--extra-body"):
+            _client_config(args, "http://127.0.0.1:1")
