@@ -32,6 +32,7 @@ HOT = (
     "qk_norm_rope_kv_kernel",
     "skinny_gemm_kernel",
     "argmax_partial_kernel",
+    "logprob_partial_kernel",
     "gated_rms_norm_kernel",
     "gated_rms_norm2_kernel",
 )

@@ -68,6 +68,11 @@ qk_norm_rope_kv(qg [T, H, 2D], k [T, Hkv, D], v [T, Hkv, D], q_norm [D], k_norm 
 argmax(x [S, V]) -> [S] int64
     x.argmax(dim=-1) (the sampler's greedy token): the first NaN wins, else the largest value, ties to
     the lowest index. Not called by the model: the runner hands it to the sampler.
+logprobs(x [R, V], targets [R] int64, k, rank=True) -> (chosen [R] fp32, rank [R] int64 | None,
+         top_v [R, k] fp32 | None, top_i [R, k] int64 | None)
+    Of logp = log_softmax(x, dtype=float32): each row's target logprob, its rank (1 + the entries
+    above it; None unless ``rank``) and logp.topk(k) (None when k is 0). Targets lie in [0, V). The
+    sampler's logprobs and the prompt scorer's; not called by the model.
 
 Optional fused op (``None`` in a table: the model composes the ops above instead):
 
@@ -100,6 +105,7 @@ OP_NAMES = (
     "silu_mul",
     "qk_norm_rope_kv",
     "argmax",
+    "logprobs",
 )
 
 
@@ -122,6 +128,7 @@ class Ops:
     silu_mul: Callable[..., Any]
     qk_norm_rope_kv: Callable[..., Any]
     argmax: Callable[..., Any]
+    logprobs: Callable[..., Any]
     gdn_decode: Callable[..., Any] | None = None
     backend: str = "torch"
 

@@ -15,7 +15,7 @@ from engine.ops.gdn.reference import (
 from engine.ops.gemm.reference import linear
 from engine.ops.norm.fused_reference import add_rms_norm, qk_norm_rope_kv, silu_mul
 from engine.ops.norm.reference import gated_rms_norm, rms_norm
-from engine.ops.sample.reference import argmax
+from engine.ops.sample.reference import argmax, logprobs
 
 __all__ = [
     "argmax",
@@ -28,6 +28,7 @@ __all__ = [
     "gdn_decode",
     "gdn_gating",
     "linear",
+    "logprobs",
     "paged_attention",
     "qk_norm_rope_kv",
     "recurrent_gated_delta_rule",

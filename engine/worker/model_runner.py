@@ -119,7 +119,7 @@ class ModelRunner:
             shared_pad_slot=self.shared_pad_slot,
             state_on_demand=self.state_on_demand,
         )
-        self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids, argmax=self.model.ops.argmax)
+        self.sampler = Sampler(self.device, mc.seed, self.eos_token_ids, self.ops.argmax, self.ops.logprobs)
         if use_graphs:
             before = self._settled_use()  # measured as the plan's probe was: the logits buffer included
             self.graphs = DecodeGraphs(
@@ -342,7 +342,7 @@ class ModelRunner:
             logits = pg.run(seqs, whole, lambda ids: patch_inputs(ids, feed))  # type: ignore[union-attr]
             if scoring:
                 hidden = pg.hidden_states(len(seqs[0].token_ids))  # type: ignore[union-attr]
-                scored = prompt_logprobs(self.model.compute_logits, hidden, seqs, (0,))
+                scored = prompt_logprobs(self.model.raw_logits, hidden, seqs, (0,), self.ops.logprobs)
         else:
             fb = ForwardBatch.build(seqs, self.block_size, self.device)
             patch_inputs(fb.input_ids, feed)
@@ -353,7 +353,8 @@ class ModelRunner:
                 model = self.model if pw is None else pw
                 hidden = model.hidden_states(fb, self.cache)
                 logits = self.model.compute_logits(hidden[fb.logits_indices])
-                scored = prompt_logprobs(self.model.compute_logits, hidden, seqs, fb.query_start_loc_cpu)
+                qsl = fb.query_start_loc_cpu
+                scored = prompt_logprobs(self.model.raw_logits, hidden, seqs, qsl, self.ops.logprobs)
             elif pw is not None:
                 logits = pw.run(fb, self.cache)
             else:

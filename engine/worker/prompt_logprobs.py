@@ -13,10 +13,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from engine.ops.sample.reference import logprobs as reference_logprobs
 from engine.sampling_params import TokenLogprobs
 from engine.worker.step import ScheduledSeq
 
-CHUNK_ROWS = 256  # rows of [vocab] fp32 logits alive at once: 256 x 248k x 4 B = 254 MB on the 4B model
+# rows of [vocab] logits alive at once: 256 x 248k x 2 B = 127 MB of bf16 logits on the 4B model (the
+# reference op adds their fp32 log-softmax, 254 MB; the sample.logprobs kernel nothing of that size)
+CHUNK_ROWS = 256
 
 
 def wanted_positions(seq: ScheduledSeq) -> range:
@@ -33,37 +36,40 @@ def wants_prompt_logprobs(seqs: Sequence[ScheduledSeq]) -> bool:
 
 
 def score_rows(
-    logits_fn: Callable[[torch.Tensor], torch.Tensor],
+    logits_fn: Callable[[torch.Tensor], torch.Tensor],  # [r, hidden] -> raw logits [r, V]
     hidden: torch.Tensor,  # [T, hidden] pre-norm, the whole step
     rows: Sequence[int],  # flat token indices into hidden
     targets: Sequence[int],  # the token each row predicts
     k: int,
     chunk_rows: int = CHUNK_ROWS,
+    logprobs: Callable[..., tuple] = reference_logprobs,  # Ops.logprobs
 ) -> list[TokenLogprobs]:
     """Logprob, rank and top-k of each target under its row's distribution, chunk by chunk."""
     out: list[TokenLogprobs] = []
     dev = hidden.device
     for start in range(0, len(rows), chunk_rows):
+        tgt_host = list(targets[start : start + chunk_rows])
         idx = torch.tensor(rows[start : start + chunk_rows], dtype=torch.int64, device=dev)
-        tgt = torch.tensor(targets[start : start + chunk_rows], dtype=torch.int64, device=dev)
-        logp = torch.log_softmax(logits_fn(hidden[idx]), dim=-1)  # [r, V] fp32
-        chosen = logp.gather(1, tgt[:, None])  # [r, 1]
-        rank = ((logp > chosen).sum(dim=-1) + 1).tolist()
-        top_v: list[list[float]] = [[] for _ in range(len(idx))]
-        top_i: list[list[int]] = [[] for _ in range(len(idx))]
-        if k:
-            top = logp.topk(k, dim=-1)
-            top_v, top_i = top.values.tolist(), top.indices.tolist()
-        for j, (t, lp) in enumerate(zip(tgt.tolist(), chosen[:, 0].tolist(), strict=True)):
-            out.append(TokenLogprobs(t, lp, list(zip(top_i[j], top_v[j], strict=True)), rank[j]))
+        tgt = torch.tensor(tgt_host, dtype=torch.int64, device=dev)
+        logits = logits_fn(hidden[idx])
+        if min(tgt_host) < 0 or max(tgt_host) >= logits.shape[-1]:
+            raise ValueError(f"prompt token ids must lie in [0, {logits.shape[-1]}) to be scored")
+        chosen, rank, top_v, top_i = logprobs(logits, tgt, k)
+        # one copy to the host per tensor; the first waits for the device
+        lps, ranks = chosen.tolist(), rank.tolist()
+        tv: list[list[float]] = top_v.tolist() if top_v is not None else [[] for _ in tgt_host]
+        ti: list[list[int]] = top_i.tolist() if top_i is not None else [[] for _ in tgt_host]
+        for t, lp, r, vs, ids in zip(tgt_host, lps, ranks, tv, ti, strict=True):
+            out.append(TokenLogprobs(t, lp, list(zip(ids, vs, strict=True)), r))
     return out
 
 
 def prompt_logprobs(
-    logits_fn: Callable[[torch.Tensor], torch.Tensor],
+    logits_fn: Callable[[torch.Tensor], torch.Tensor],  # [r, hidden] -> raw logits [r, V]
     hidden: torch.Tensor,
     seqs: Sequence[ScheduledSeq],
     query_start: Sequence[int],  # flat offset of each sequence in the step
+    logprobs: Callable[..., tuple] = reference_logprobs,  # Ops.logprobs
 ) -> list[list[TokenLogprobs] | None]:
     """Per sequence: the prompt tokens this step scores (in order), or None when it scores none."""
     rows: list[int] = []
@@ -81,7 +87,7 @@ def prompt_logprobs(
         return [None] * len(seqs)
     # One top-k width for the step; each sequence keeps its own k of it.
     k = max(s.params.prompt_logprobs or 0 for s, sp in zip(seqs, spans, strict=True) if sp is not None)
-    scored = score_rows(logits_fn, hidden, rows, targets, k)
+    scored = score_rows(logits_fn, hidden, rows, targets, k, logprobs=logprobs)
     result: list[list[TokenLogprobs] | None] = []
     for s, sp in zip(seqs, spans, strict=True):
         if sp is None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.ops.sample.reference import argmax as reference_argmax
+from engine.ops.sample.reference import logprobs as reference_logprobs
 from engine.sampling_params import SamplingParams, TokenLogprobs
 from engine.worker.penalties import adjust_logits
 
@@ -59,11 +60,14 @@ class Sampler:
         seed: int = 0,
         eos_token_ids: Sequence[int] = (),
         argmax: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        logprobs: Callable[..., tuple] | None = None,
     ):
         """``argmax``: the greedy argmax (``Ops.argmax``: the model's table, a kernel on CUDA with the
-        ``sample.argmax`` arm); torch's by default."""
+        ``sample.argmax`` arm); ``logprobs``: ``Ops.logprobs`` (a kernel with ``sample.logprobs``);
+        torch's by default."""
         self.device = torch.device(device)
         self.argmax = argmax if argmax is not None else reference_argmax
+        self.logprobs = logprobs if logprobs is not None else reference_logprobs
         self.eos_token_ids = tuple(eos_token_ids)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
@@ -155,13 +159,9 @@ class Sampler:
             tokens[rand] = (probs / noise).argmax(dim=-1)
         if b.max_logprobs is None:
             return SampledTokens(tokens, params)
-        logp = torch.log_softmax(raw, dim=-1, dtype=torch.float32)  # of the widened logits
-        k = b.max_logprobs
-        chosen = logp.gather(1, tokens[:, None])[:, 0]
-        top = logp.topk(k, dim=-1) if k else None
-        return SampledTokens(
-            tokens, params, chosen, top.values if top else None, top.indices if top else None
-        )
+        # of the raw logits' fp32 widening; no rank (the API does not report one for sampled tokens)
+        chosen, _, top_v, top_i = self.logprobs(raw, tokens, b.max_logprobs, rank=False)
+        return SampledTokens(tokens, params, chosen, top_v, top_i)
 
 
 class SampledTokens:

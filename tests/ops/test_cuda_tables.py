@@ -76,6 +76,7 @@ def test_arm_registry_entries_are_complete():
         "graphs.piecewise",
         "graphs.prefill",
         "graphs.mixed",
+        "sample.logprobs",
     }
     for arm in ARM_LIST:
         assert arm.op in (*OP_NAMES, "gdn_decode", LAUNCH_MODE), arm

@@ -71,7 +71,13 @@ class Qwen35Model(nn.Module):
     def compute_logits(self, h: torch.Tensor) -> torch.Tensor:
         """Final norm and lm_head of some rows of :meth:`hidden_states`: ``[R, hidden] -> [R, vocab]`` fp32.
         The norm is per row, so gathering rows first and normalising after is exact."""
-        return self.ops.linear(self.ops.rms_norm(h, self.norm, self.cfg.rms_norm_eps), self.lm_head).float()
+        return self.raw_logits(h).float()
+
+    @torch.inference_mode()
+    def raw_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """:meth:`compute_logits` in the model dtype (its exact fp32 widening is compute_logits): what
+        the prompt scorer reads, so no [R, vocab] fp32 copy is made for it."""
+        return self.ops.linear(self.ops.rms_norm(h, self.norm, self.cfg.rms_norm_eps), self.lm_head)
 
     @torch.inference_mode()
     def hidden_states(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:
