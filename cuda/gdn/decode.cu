@@ -25,7 +25,8 @@
 
 // Tuning rows (engine/ops/gdn/decode.py parses them): SM, warps per CTA (the kernel needs 8: a CTA
 // owns a whole head), CTAs per SM the register cap is sized for (2: 128 registers; nvcc 13.0 spills
-// nothing, NVRTC 13.0 spills 4 bytes for sm_90 only: timed within noise of a spill-free build).
+// nothing, NVRTC 12.8-13.0 spill 4 bytes for sm_90 only; the spill-free form with z held in shared
+// memory was 1-2% slower at B = 1..64, session 35: docs/bench-evidence/2026-12-04-s35.md).
 // Recorded and removed after H200 runs (2026-12, us per layer at B = 1 / 8 / 32 / 64, this kernel
 // 5.4-5.9 / 14.0 / 44.8-45.6 / 82.4-82.7):
 //  * a head's columns split over 2, 4, 8 CTAs of 4, 2, 1 warps, norm finished by the last arriving
