@@ -64,3 +64,12 @@ def test_the_wheel_carries_the_kernel_sources(tmp_path: Path) -> None:
     missing = [str(rel) for rel in _kernel_files() if f"{data}/{rel.as_posix()}" not in names]
     assert not missing, f"the wheel lacks {missing}"
     assert "engine/ops/compile.py" in names and "cuda/__init__.py" not in names  # no top-level cuda package
+
+
+def test_the_scripts_the_docs_run_are_executable() -> None:
+    # docs/ run them as deploy/<name>.sh; deploy/bench-workloads.sh was committed without its x bit
+    scripts = [*sorted((ROOT / "deploy").glob("*.sh")), ROOT / ".ci" / "run"]
+    assert len(scripts) > 5
+    for s in scripts:
+        assert s.stat().st_mode & 0o111 == 0o111, f"{s.relative_to(ROOT)} is not executable"
+        assert s.read_text().startswith("#!/usr/bin/env bash"), s
