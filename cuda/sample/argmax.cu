@@ -11,18 +11,13 @@
 // [s * chunk, min(V, (s + 1) * chunk)) (chunk a multiple of the vector width) into part[r, s].
 // argmax_final_kernel: grid (rows), one warp per row over its `splits` partials, writes out[r] (int64).
 #include "common/arch_params.cuh"
+#include "sample/argmax_order.cuh"
 
 struct ArgBest {
   float v;
   int i;
 };
 
-// a better than b in torch's order; the index tie-break also settles NaN against NaN
-__device__ __forceinline__ bool argmax_better(float av, int ai, float bv, int bi) {
-  if (av != av) return bv == bv || ai < bi;
-  if (bv != bv) return false;
-  return av > bv || (av == bv && ai < bi);
-}
 
 __device__ __forceinline__ ArgBest argmax_warp(ArgBest b) {
 #pragma unroll

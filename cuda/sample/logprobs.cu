@@ -17,6 +17,7 @@
 // logprob_final_kernel: grid (rows), one warp per row over its `splits` partials; writes lse, chosen,
 // rank (int64), top_v, top_i (int64).
 #include "common/arch_params.cuh"
+#include "sample/argmax_order.cuh"
 
 struct LpPart {
   float m;    // max over the chunk (-inf when empty)
@@ -30,12 +31,6 @@ struct LpPart {
 #define LP_LOG2E 1.4426950408889634f
 #define LP_NEG_INF (-__int_as_float(0x7f800000))
 
-// a better than b in torch's argmax order (cuda/sample/argmax.cu has the same rule)
-__device__ __forceinline__ bool lp_better(float av, int ai, float bv, int bi) {
-  if (av != av) return bv == bv || ai < bi;
-  if (bv != bv) return false;
-  return av > bv || (av == bv && ai < bi);
-}
 
 // (m, s) of the union of two sets: the larger max, each sum rescaled to it; an empty side (-inf) adds 0
 __device__ __forceinline__ void lp_merge_ms(float& m, float& s, float m2, float s2) {
@@ -48,7 +43,7 @@ __device__ __forceinline__ void lp_merge_ms(float& m, float& s, float m2, float 
 
 __device__ __forceinline__ void lp_merge(LpPart& a, const LpPart& b) {
   lp_merge_ms(a.m, a.s, b.m, b.s);
-  if (lp_better(b.bv, b.bi, a.bv, a.bi)) {
+  if (argmax_better(b.bv, b.bi, a.bv, a.bi)) {
     a.bv = b.bv;
     a.bi = b.bi;
   }
@@ -108,7 +103,7 @@ __global__ void __launch_bounds__(THREADS)
         vm = fmaxf(vm, v);  // fmaxf drops NaN; the flag below keeps it
         p.nan |= v != v;
         p.count += v > xt;
-        if (i < hi && lp_better(v, i, p.bv, p.bi)) {  // the -inf padding past hi is no entry
+        if (i < hi && argmax_better(v, i, p.bv, p.bi)) {  // the -inf padding past hi is no entry
           p.bv = v;
           p.bi = i;
         }
