@@ -213,9 +213,12 @@ __device__ __forceinline__ void write_qk_state(bf16_t* conv_state, size_t sslot,
       const int *__restrict__ slots, int *__restrict__ cnt_qk, bf16_t *__restrict__ y, int nk, int nv,      \
       int flags, float q_scale
 
-// grid: B * Nv, block: 32 * W = 256, at most 128 registers: 2 CTAs per SM.
-template <int W, typename ST>
-__global__ void __launch_bounds__(W * 32, DecodeParams<DS_SM>::ctas_per_sm) gdn_decode_kernel(DS_DECODE_PARAMS) {
+// grid: B * Nv, block: 32 * W = 256, at most 128 registers: 2 CTAs per SM. CTAS (the launch bounds'
+// CTAs per SM) is a template argument from the wrapper's row of DS_DECODE_TABLE, not
+// DecodeParams<DS_SM>: a device without a row of its own (sm_89, sm_100, ...) compiles the row
+// engine/ops/gdn/decode.py picked for it (the newest not newer) instead of failing to compile.
+template <int W, typename ST, int CTAS>
+__global__ void __launch_bounds__(W * 32, CTAS) gdn_decode_kernel(DS_DECODE_PARAMS) {
   static_assert(W == 8, "a CTA owns a whole value head");
   __shared__ __align__(16) float f_s[3 * DEC_D];  // conv outputs q | k | v
   __shared__ __align__(16) float o_s[DEC_D];
@@ -303,7 +306,11 @@ __global__ void __launch_bounds__(W * 32, DecodeParams<DS_SM>::ctas_per_sm) gdn_
 #ifdef DELTASERVE_NVCC_CHECK
 // CI compile check (tests/test_cuda_compile.py): the instantiations the wrapper launches (fp32, bf16 state).
 #define DS_DECODE_ARGS(ST) const bf16_t*, int, const bf16_t*, int, const bf16_t*, int, const bf16_t*, int, const bf16_t*, bf16_t*, const void*, const void*, const void*, float, ST*, const int*, int*, bf16_t*, int, int, int, float
-template __global__ void gdn_decode_kernel<DecodeParams<DS_SM>::warps, float>(DS_DECODE_ARGS(float));
-template __global__ void gdn_decode_kernel<DecodeParams<DS_SM>::warps, bf16_t>(DS_DECODE_ARGS(bf16_t));
+#define DS_DECODE_INST(ST)                                                                            \
+  template __global__ void gdn_decode_kernel<DecodeParams<DS_SM>::warps, ST, DecodeParams<DS_SM>::ctas_per_sm>( \
+      DS_DECODE_ARGS(ST));
+DS_DECODE_INST(float)
+DS_DECODE_INST(bf16_t)
+#undef DS_DECODE_INST
 #undef DS_DECODE_ARGS
 #endif

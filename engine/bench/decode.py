@@ -149,7 +149,7 @@ def main() -> int:
     torch.manual_seed(0)
     fla = B0.load_fla()
     print(f"device {torch.cuda.get_device_name()} torch {torch.__version__}", flush=True)
-    name = f"gdn_decode_kernel<{decode.table_row()[0]}, float>"
+    name = decode.kernel_name("float")
     fn = kernel(decode.SRC, name)
     print(f"  {name}: {fn.num_regs} regs, {fn.local_size_bytes} B local, {fn.shared_size_bytes} B smem")
     ok = check(32) & check(1)

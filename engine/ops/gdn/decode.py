@@ -38,6 +38,13 @@ def table_row(cc: int | None = None) -> tuple[int, int]:
     return tuning_row(SRC, "DS_DECODE_TABLE", cc)
 
 
+def kernel_name(st: str, cc: int | None = None) -> str:
+    """The instantiation for state type ``st`` (``float`` / ``bf16_t``) on sm_``cc`` (default: the
+    device): the table row's warps and, for the launch bounds, its CTAs per SM."""
+    warps, ctas = table_row(cc)
+    return f"gdn_decode_kernel<{warps}, {st}, {ctas}>"
+
+
 def counters(device: torch.device) -> torch.Tensor:
     """The device's zeroed int32 counter buffer (allocated on first use, never during a capture)."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
@@ -183,5 +190,5 @@ def gdn_decode(
         f32(D**-0.5),
     )
     warps = table_row()[0]
-    launch(kernel(SRC, f"gdn_decode_kernel<{warps}, {st}>"), (B * nv,), (32 * warps,), args, pdl=True)
+    launch(kernel(SRC, kernel_name(st)), (B * nv,), (32 * warps,), args, pdl=True)
     return y
