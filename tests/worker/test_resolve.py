@@ -43,6 +43,15 @@ def test_cuda_falls_back_to_torch_when_the_kernels_cannot_run(shapes: KernelShap
     assert (backend, arms) == ("torch", ()) and "torch reference" in notes[0]
 
 
+def test_gpus_older_than_sm80_fall_back_to_torch_and_newer_ones_keep_the_kernels() -> None:
+    # a T4 (7.5) or V100 (7.0) has no bf16 mma.sync / cp.async: the torch ops serve, with a warning
+    for cc in (70, 75):
+        backend, arms, notes = settle_kernels("cuda", (), QWEN_4B, cc)
+        assert (backend, arms) == ("torch", ()) and f"this GPU has {cc // 10}.{cc % 10}" in notes[0]
+    for cc in (80, 86, 89, 90, 100, 120, 121, None):  # rows of their own or the newest not newer
+        assert settle_kernels("cuda", (), QWEN_4B, cc) == ("cuda", tuple(sorted(DEFAULT_ARMS)), [])
+
+
 def test_torch_backend_runs_no_arms_and_unknown_arms_fail() -> None:
     assert settle_kernels("torch", ("conv.k4",), None) == ("torch", (), [])
     with pytest.raises(ValueError, match="unknown kernel arms"):
