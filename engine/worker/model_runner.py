@@ -39,7 +39,7 @@ from engine.worker.piecewise import PiecewiseGraphs, build_piecewise
 from engine.worker.prefill_graphs import MAX_TOKENS as PREFILL_GRAPH_TOKENS
 from engine.worker.prefill_graphs import PrefillGraphs
 from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
-from engine.worker.resolve import resolve_cache, resolve_model
+from engine.worker.resolve import kernels_for_device, resolve_cache, resolve_model
 from engine.worker.sampler import Sampler
 from engine.worker.step import PendingStep, SamplerOutput, ScheduledSeq
 from engine.worker.warmup import probe_pool_size, warmup_batches
@@ -64,6 +64,8 @@ class ModelRunner:
             # launch() and execute() enter it themselves, whichever thread calls them.
             self.stream = capture_stream(self.device)
             torch.cuda.set_stream(self.stream)
+            major, minor = torch.cuda.get_device_capability(self.device)
+            mc = self.model_config = kernels_for_device(mc, 10 * major + minor)
         if mc.dtype not in DTYPES:
             raise ValueError(f"unsupported dtype {mc.dtype!r} (bfloat16, float16 or float32)")
         self.dtype = DTYPES[mc.dtype]

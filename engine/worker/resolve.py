@@ -38,27 +38,11 @@ def _cupy_imports() -> bool:
     return True
 
 
-MIN_CC = 80  # the CUDA kernels' floor: bf16 mma.sync, cp.async, ldmatrix (sm_80)
-
-
-def _device_cc(device: str) -> int | None:
-    """Compute capability of a CUDA ``device`` as an int (None off CUDA or without a GPU)."""
-    if not device.startswith("cuda"):
-        return None
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    major, minor = torch.cuda.get_device_capability(torch.device(device))
-    return 10 * major + minor
-
-
 def settle_kernels(
-    backend: str, requested: tuple[str, ...], shapes: KernelShapes | None, cc: int | None = None
+    backend: str, requested: tuple[str, ...], shapes: KernelShapes | None
 ) -> tuple[str, tuple[str, ...], list[str]]:
-    """(backend, arms, warnings) for a resolved device of compute capability ``cc`` (90 for sm_90;
-    None: not known, taken as supported): "cuda" only where the kernels can run the model on it, the
-    arms exactly those that will be bound (none on the torch backend)."""
+    """(backend, arms, warnings) for a resolved device: "cuda" only where the kernels can run the
+    model, the arms exactly those that will be bound (none on the torch backend)."""
     check_known(frozenset(requested))
     if backend != "cuda":
         return "torch", (), []
@@ -66,12 +50,29 @@ def settle_kernels(
     why = unsupported_reason(shapes)
     if why is not None:
         return "torch", (), [f"gdn backend cuda cannot run this model ({why}): using the torch reference ops"]
-    if cc is not None and cc < MIN_CC:
-        need, has = f"{MIN_CC // 10}.{MIN_CC % 10}", f"{cc // 10}.{cc % 10}"
-        note = f"gdn backend cuda needs compute capability {need} or newer, this GPU has {has}"
-        return "torch", (), [f"{note}: using the torch reference ops"]
     arms, notes = usable_arms(frozenset(requested) or DEFAULT_ARMS, shapes)
     return "cuda", tuple(sorted(arms)), notes
+
+
+MIN_CC = 80  # the CUDA kernels' floor: bf16 mma.sync, cp.async, ldmatrix (sm_80)
+
+
+def kernels_for_device(mc: ModelConfig, cc: int) -> ModelConfig:
+    """``mc`` unchanged where its CUDA kernels run on a GPU of compute capability ``cc`` (90 for
+    sm_90); below MIN_CC (T4, V100) the torch reference ops instead, with a warning. The engine calls
+    this once its CUDA context exists; ``resolve_model`` does not ask the GPU, so the API server's
+    process never opens a context of its own."""
+    if mc.gdn_backend != "cuda" or cc >= MIN_CC:
+        return mc
+    log.warning(
+        "gdn backend cuda needs compute capability %d.%d or newer, this GPU has %d.%d: using the torch "
+        "reference ops",
+        MIN_CC // 10,
+        MIN_CC % 10,
+        cc // 10,
+        cc % 10,
+    )
+    return dataclasses.replace(mc, gdn_backend="torch", kernel_arms=())
 
 
 def resolve_model(cfg: ModelConfig) -> ModelConfig:
@@ -90,7 +91,7 @@ def resolve_model(cfg: ModelConfig) -> ModelConfig:
     if wanted == "auto":
         wanted = "cuda" if device.startswith("cuda") and _cupy_imports() else "torch"
     shapes = kernel_shapes(model, dtype) if wanted == "cuda" else None
-    backend, arms, notes = settle_kernels(wanted, cfg.kernel_arms, shapes, _device_cc(device))
+    backend, arms, notes = settle_kernels(wanted, cfg.kernel_arms, shapes)
     for note in notes:
         log.warning("%s", note)
     name = cfg.served_model_name or default_name or Path(model).name

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,13 @@ import pytest
 from engine.checkpoints.presets import make_checkpoint
 from engine.config import CacheConfig, ModelConfig
 from engine.ops.arms import DEFAULT_ARMS, KernelShapes
-from engine.worker.resolve import resolve_cache, resolve_model, settle_kernels, settle_ssm_dtype
+from engine.worker.resolve import (
+    kernels_for_device,
+    resolve_cache,
+    resolve_model,
+    settle_kernels,
+    settle_ssm_dtype,
+)
 
 QWEN_4B = KernelShapes(conv_width=4, key_head_dim=128, value_head_dim=128, dtype="bfloat16")
 
@@ -43,13 +50,18 @@ def test_cuda_falls_back_to_torch_when_the_kernels_cannot_run(shapes: KernelShap
     assert (backend, arms) == ("torch", ()) and "torch reference" in notes[0]
 
 
-def test_gpus_older_than_sm80_fall_back_to_torch_and_newer_ones_keep_the_kernels() -> None:
+def test_gpus_older_than_sm80_fall_back_to_torch_and_newer_ones_keep_the_kernels(caplog) -> None:
     # a T4 (7.5) or V100 (7.0) has no bf16 mma.sync / cp.async: the torch ops serve, with a warning
+    mc = ModelConfig(model="m", device="cuda", gdn_backend="cuda", kernel_arms=tuple(sorted(DEFAULT_ARMS)))
     for cc in (70, 75):
-        backend, arms, notes = settle_kernels("cuda", (), QWEN_4B, cc)
-        assert (backend, arms) == ("torch", ()) and f"this GPU has {cc // 10}.{cc % 10}" in notes[0]
-    for cc in (80, 86, 89, 90, 100, 120, 121, None):  # rows of their own or the newest not newer
-        assert settle_kernels("cuda", (), QWEN_4B, cc) == ("cuda", tuple(sorted(DEFAULT_ARMS)), [])
+        with caplog.at_level(logging.WARNING):
+            got = kernels_for_device(mc, cc)
+        assert (got.gdn_backend, got.kernel_arms) == ("torch", ())
+        assert f"this GPU has {cc // 10}.{cc % 10}" in caplog.text
+    for cc in (80, 86, 89, 90, 100, 120, 121):  # rows of their own or the newest not newer
+        assert kernels_for_device(mc, cc) is mc
+    torch_mc = dataclasses.replace(mc, gdn_backend="torch", kernel_arms=())
+    assert kernels_for_device(torch_mc, 75) is torch_mc
 
 
 def test_torch_backend_runs_no_arms_and_unknown_arms_fail() -> None:
