@@ -21,6 +21,7 @@ from engine.model.cache import ModelCache, kv_bytes_per_block, state_bytes_per_s
 from engine.model.forward_batch import ForwardBatch
 from engine.model.loader import build_model
 from engine.ops import make_ops
+from engine.ops.compile import device_cc
 from engine.worker.cuda_graphs import DecodeGraphs, PoolHandle, capture_stream
 from engine.worker.launched import Launched, patch_inputs, read_eos_ids
 from engine.worker.memory import (
@@ -52,25 +53,22 @@ DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch
 class ModelRunner:
     def __init__(self, config: EngineConfig):
         mc = resolve_model(config.model)
-        self.model_config = mc
         self.device = torch.device(mc.device)
         self.stream: torch.cuda.Stream | None = None
         self.expandable_segments = False
         if self.device.type == "cuda":
             self.expandable_segments = use_expandable_segments()  # before the first allocation
             shrink_thread_stacks(self.device)  # before any kernel: the context's stack reservation
-            # Everything runs on the capture stream: one cuBLAS workspace, one allocator stream
-            # (engine/worker/cuda_graphs.py, capture_stream). This thread's later work follows it;
-            # launch() and execute() enter it themselves, whichever thread calls them.
+            # Everything runs on the capture stream (one cuBLAS workspace, one allocator stream:
+            # cuda_graphs.capture_stream); launch() and execute() enter it from any thread.
             self.stream = capture_stream(self.device)
             torch.cuda.set_stream(self.stream)
-            major, minor = torch.cuda.get_device_capability(self.device)
-            mc = self.model_config = kernels_for_device(mc, 10 * major + minor)
+            mc = kernels_for_device(mc, device_cc())  # the sm_80 floor, asked once the context exists
+        self.model_config = mc
         if mc.dtype not in DTYPES:
             raise ValueError(f"unsupported dtype {mc.dtype!r} (bfloat16, float16 or float32)")
         self.dtype = DTYPES[mc.dtype]
-        # Backend and arms were settled by resolve_model: build exactly what the config says.
-        self.gdn_backend = mc.gdn_backend
+        self.gdn_backend = mc.gdn_backend  # settled by resolve_model (+ kernels_for_device): build that
         self.ops = make_ops(mc.gdn_backend, frozenset(mc.kernel_arms))
         # the CUDA kernels never touch a slot <= 0, so the GDN layers can share one padding row
         self.shared_pad_slot = self.device.type == "cuda" and mc.gdn_backend == "cuda"
