@@ -16,6 +16,7 @@ there too so the process fails at start-up rather than using memory a real 16 Gi
 from __future__ import annotations
 
 import logging
+import os
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -193,10 +194,11 @@ def log_startup(r: Any, out: logging.Logger) -> None:
     if r.memory is None:
         return
     out.info(
-        "%s; thread stacks %s bytes; expandable segments %s",
+        "%s; thread stacks %s bytes; expandable segments %s; CUBLAS_WORKSPACE_CONFIG %s",
         r.memory.log_line(ssm_dtype),
         stack_limit(),
         "on" if r.expandable_segments else "off",
+        os.environ.get("CUBLAS_WORKSPACE_CONFIG", "(torch's default)"),
     )
     out.info(
         "kernels: %d modules built in %.1f s, %d of them over %.1f s each (NVRTC compiles; a load "
@@ -208,6 +210,29 @@ def log_startup(r: Any, out: logging.Logger) -> None:
     )
 
 
+# torch gives each (cuBLAS handle, stream) one workspace, shared with cuBLASLt, of 32 MiB on sm_90,
+# sm_100 and sm_120 (4 MiB x 2 + 16 KiB x 8 elsewhere) unless CUBLAS_WORKSPACE_CONFIG says otherwise.
+# 16 MiB ran the 4B's GEMMs of decode (16-64 rows) and prefill (1,024 / 2,048 rows) steps as fast as
+# 32 on the H200 (three rotated rounds) and took W1's peak from 11,791 to 11,723 MiB; 8 MiB saved
+# 76 but its decode GEMMs were 1-2% slower (split-K on the 2,560-row outputs).
+# docs/bench-evidence/2026-12-04-s37.md, runs 2-3.
+CUBLAS_WORKSPACE = ":4096:4:16:8"
+
+
+def size_cublas_workspace() -> str:
+    """Ask torch for a ``CUBLAS_WORKSPACE`` cuBLAS workspace unless ``CUBLAS_WORKSPACE_CONFIG`` is
+    already set (the user's choice stands); returns the setting in effect. torch reads it once, at the
+    process's first cuBLAS call, so call it before any GEMM."""
+    return os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+
+
+def configure_cuda_memory() -> bool:
+    """The runner's allocator settings, before its first allocation: the cuBLAS workspace size and
+    expandable segments (returned: True when on)."""
+    size_cublas_workspace()
+    return use_expandable_segments()
+
+
 def use_expandable_segments() -> bool:
     """Have torch's allocator grow one mapped segment per stream (``expandable_segments:True``)
     instead of caching separate cudaMalloc blocks, unless ``PYTORCH_CUDA_ALLOC_CONF`` (or
@@ -216,8 +241,6 @@ def use_expandable_segments() -> bool:
     W1's peak at 32 slots was 11,945 MiB, 11,819 with expandable segments, in the same session
     (docs/bench-evidence/2026-12-01-memory-s20.md). Call it before the runner allocates anything:
     segments made before keep their kind."""
-    import os
-
     import torch
 
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get("PYTORCH_ALLOC_CONF", "")

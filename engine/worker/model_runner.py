@@ -26,6 +26,7 @@ from engine.worker.cuda_graphs import DecodeGraphs, PoolHandle, capture_stream
 from engine.worker.launched import Launched, patch_inputs, read_eos_ids
 from engine.worker.memory import (
     MemorySplit,
+    configure_cuda_memory,
     device_total,
     gib,
     log_startup,
@@ -33,7 +34,6 @@ from engine.worker.memory import (
     parse_bytes,
     plan_pools,
     shrink_thread_stacks,
-    use_expandable_segments,
     workspace_reserve,
 )
 from engine.worker.piecewise import PiecewiseGraphs, build_piecewise
@@ -57,7 +57,7 @@ class ModelRunner:
         self.stream: torch.cuda.Stream | None = None
         self.expandable_segments = False
         if self.device.type == "cuda":
-            self.expandable_segments = use_expandable_segments()  # before the first allocation
+            self.expandable_segments = configure_cuda_memory()  # before the first allocation
             shrink_thread_stacks(self.device)  # before any kernel: the context's stack reservation
             # Everything runs on the capture stream (one cuBLAS workspace, one allocator stream:
             # cuda_graphs.capture_stream); launch() and execute() enter it from any thread.

@@ -4,6 +4,8 @@ the Qwen3.5-4B dummy engine under a 16 GiB budget serving W1-shaped traffic in a
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,10 +14,13 @@ from pathlib import Path
 import pytest
 
 from engine.worker.memory import (
+    CUBLAS_WORKSPACE,
     MemorySplit,
+    configure_cuda_memory,
     measure_split,
     parse_bytes,
     plan_pools,
+    size_cublas_workspace,
     use_expandable_segments,
     workspace_reserve,
 )
@@ -273,3 +278,20 @@ def test_expandable_segments_follow_an_allocator_setting_the_environment_made(mo
     """Whoever set PYTORCH_CUDA_ALLOC_CONF's expandable_segments decides; the runner does not override it."""
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", conf)
     assert use_expandable_segments() is on
+
+
+def workspace_kib(config: str) -> int:
+    """KiB torch's parseChosenWorkspaceSize reads from a CUBLAS_WORKSPACE_CONFIG (:SIZE:COUNT pairs)."""
+    return sum(int(size) * int(count) for size, count in re.findall(r":([0-9]+):([0-9]+)", config))
+
+
+def test_cublas_workspace_is_asked_for_unless_the_user_chose(monkeypatch):
+    """Unset: the runner asks for 16 MiB (torch's default on sm_90 / 100 / 120 is 32). Set by the user
+    (e.g. :4096:8 for deterministic cuBLAS): left exactly as it was."""
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False")
+    assert configure_cuda_memory() is False
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE
+    assert 16 * 1024 <= workspace_kib(CUBLAS_WORKSPACE) < 32 * 1024
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    assert size_cublas_workspace() == ":4096:8" == os.environ["CUBLAS_WORKSPACE_CONFIG"]
