@@ -175,7 +175,17 @@ _SCRIPT = textwrap.dedent(
     prompts = [rng.integers(1, 200000, size=1024).tolist() for _ in range(48)]
     # the real scheduler (an EngineCore stepped in this thread): W1-shaped prefills, then decodes
     outs = generate(runner, prompts, 32, token_budget=2048)
+    # the cuBLAS workspace torch hands a stream it has not seen: the size it read at the runner's
+    # first GEMM, so this is what the runner asked for before it (configure_cuda_memory)
+    with torch.cuda.stream(torch.cuda.Stream()):
+        x = torch.ones(16, 64, device="cuda", dtype=torch.bfloat16)
+        w = torch.ones(64, 64, device="cuda", dtype=torch.bfloat16)
+        before = torch.cuda.memory_allocated()
+        y = torch.nn.functional.linear(x, w)
+        torch.cuda.synchronize()
+        cublas_ws = torch.cuda.memory_allocated() - before - y.numel() * y.element_size()
     print(json.dumps({"split": runner.memory.as_dict(), "used_at_start": used_at_start,
+                      "cublas_ws": cublas_ws,
                       "peak": runner.device_memory()[1], "counts": [len(o) for o in outs],
                       "slots": runner.num_state_slots - 1, "blocks": runner.num_kv_blocks - 1,
                       "graphs": runner.graph_bytes, "graph_plan": runner._graph_plan}))
@@ -194,8 +204,14 @@ def test_4b_serves_w1_shaped_traffic_under_16gib(tmp_path: Path):
     d.mkdir()
     (d / "config.json").write_text(json.dumps(qwen35_4b_config()))
     root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}  # the runner's choice
     p = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(d)], capture_output=True, text=True, timeout=600, cwd=root
+        [sys.executable, "-c", _SCRIPT, str(d)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=root,
+        env=env,
     )
     assert p.returncode == 0, p.stderr[-4000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -216,6 +232,8 @@ def test_4b_serves_w1_shaped_traffic_under_16gib(tmp_path: Path):
     assert all(v >= 0 for v in parts.values()), f"a negative part in the split: {parts}"
     assert split.cuda_graphs > 0, "the decode graphs were captured, so their pool is in the split"
     assert r["peak"] <= 16 * GIB, f"peak {r['peak'] / GIB:.2f} GiB over the 16 GiB budget"
+    # 16 MiB + 128 KiB (CUBLAS_WORKSPACE), not torch's 32 MiB: the variable was set before the first GEMM
+    assert abs(r["cublas_ws"] - workspace_kib(CUBLAS_WORKSPACE) * 1024) <= 4096, r["cublas_ws"]
 
 
 STACK_SCRIPT = textwrap.dedent(
