@@ -43,6 +43,19 @@ def _byte_size(value: str) -> str:
 
 _SIZE_FLAGS = ("kv_cache_memory", "device_memory_limit")
 
+
+def _profile_steps(value: str) -> str:
+    """--profile-steps checked at parse time (START:COUNT or empty); kept as written."""
+    from engine.worker.step_profile import Window
+
+    if value:
+        try:
+            Window.parse(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("--profile-steps: ")) from None
+    return value
+
+
 EXIT_PORT_BUSY = 2
 
 
@@ -78,6 +91,8 @@ def add_config_flags(p: argparse.ArgumentParser, sections: tuple[type, ...] = SE
                 kw["type"] = _device
             elif f.name in _SIZE_FLAGS:
                 kw["type"] = _byte_size
+            elif f.name == "profile_steps":
+                kw["type"] = _profile_steps
             else:
                 kw["type"] = type(default)
                 if typing.get_origin(hints[f.name]) is typing.Literal:

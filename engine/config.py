@@ -48,6 +48,14 @@ class ModelConfig:
     """When the decode graphs are captured: startup (every (batch, KV blocks) bucket before serving,
     a few seconds longer start, no capture while requests wait) or lazy (the largest bucket at
     start-up, every other one on its first step: ~80 ms each on the 4B, paid while serving)."""
+    profile_steps: str = ""
+    """START:COUNT: profile the device over serving steps START .. START + COUNT - 1 (CUDA): each step's
+    kernel time and the device's idle time before, between and after its kernels (the host's share
+    of the step), by step kind, logged once the window has run and, with --profile-dir, written as
+    step-profile.json beside the torch profiler's trace.json. Serving pauses a few seconds then.
+    Empty: off (engine/worker/step_profile.py)."""
+    profile_dir: str = ""
+    """Where --profile-steps writes step-profile.json and trace.json (empty: the summary is only logged)."""
     generation_config: str = "auto"
     """Sampling defaults for requests that omit them: auto (the checkpoint's generation_config.json),
     vllm (ignore it), or a directory holding a generation_config.json."""

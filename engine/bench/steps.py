@@ -47,22 +47,9 @@ from engine.model.forward_batch import ForwardBatch
 from engine.sampling_params import SamplingParams
 from engine.worker.model_runner import ModelRunner
 from engine.worker.step import ScheduledSeq
+from engine.worker.step_profile import FAMILIES, family
 
 CTX = 1100
-FAMILIES = (
-    ("attention", ("paged_attn",)),
-    ("gdn", ("gdn_", "conv_prefill", "conv_decode", "conv_state", "chunk")),
-    ("norm/elementwise", ("rms_norm", "silu_mul", "qk_norm", "elementwise", "vectorized", "reduce", "cat")),
-    ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "sm90", "sm80")),
-)
-
-
-def family(kernel: str) -> str:
-    k = kernel.lower()
-    for name, keys in FAMILIES:
-        if any(key in k for key in keys):
-            return name
-    return "sampling/other"
 
 
 class Steps:

@@ -43,6 +43,7 @@ from engine.worker.prompt_logprobs import prompt_logprobs, wants_prompt_logprobs
 from engine.worker.resolve import kernels_for_device, resolve_cache, resolve_model
 from engine.worker.sampler import Sampler
 from engine.worker.step import PendingStep, SamplerOutput, ScheduledSeq
+from engine.worker.step_profile import make_profiler
 from engine.worker.warmup import probe_pool_size, warmup_batches
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ class ModelRunner:
         if self.device.type == "cuda":
             self.memory = self._measure()
         log_startup(self, log)
+        self.profiler = make_profiler(mc.profile_steps, mc.profile_dir, self)  # after warm-up and capture
 
     def _slot_bytes(self) -> int:
         """One GDN state slot over every layer: conv state in the model dtype, recurrent in the ssm dtype."""
@@ -182,9 +184,8 @@ class ModelRunner:
         for specs in warmup_batches(tokens, sc.max_num_seqs, bs, probe_slots - 1):
             self.execute(ForwardBatch.build(specs, bs, self.device))
         torch.cuda.synchronize(self.device)
-        self._activation_peak = torch.cuda.max_memory_allocated(self.device) - torch.cuda.memory_allocated(
-            self.device
-        )
+        dev = self.device
+        self._activation_peak = torch.cuda.max_memory_allocated(dev) - torch.cuda.memory_allocated(dev)
         every = self.model_config.cuda_graph_capture == "startup"
         if use_graphs and "graphs.piecewise" in self.model_config.kernel_arms:
             # before the pools are sized, so what they hold is in the memory in use the plan reads
@@ -264,10 +265,7 @@ class ModelRunner:
         pool), so it is in the memory in use the plan reads, and the real captures reuse it."""
         pool, logits = self._graph_pool(), self._graph_logits(max_seqs)
         probe = DecodeGraphs(self.model, self.cache, max_seqs, max_blocks, self.pdl, pool, logits)
-        if every:
-            probe.capture_all()
-        else:
-            probe.capture_largest()
+        probe.capture_all() if every else probe.capture_largest()
         prefill = self._prefill_graphs(self.cache, max_blocks, every)
         self._prefill_pool = prefill.reserved_bytes if prefill is not None else 0
         held = self._settled_use()
@@ -314,6 +312,8 @@ class ModelRunner:
         """Queue one step on the device and return before its tokens reach the host. Rows with
         ``prev_row >= 0`` read their input token from ``prev``'s sampled tokens on the device."""
         with self._on_stream():
+            if self.profiler is not None:
+                self.profiler.on_launch(seqs)  # --profile-steps: the step's start mark, on this stream
             return self._launch(seqs, prev)
 
     def _launch(self, seqs: list[ScheduledSeq], prev: PendingStep | None) -> Launched:

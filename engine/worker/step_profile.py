@@ -1,0 +1,322 @@
+"""Where the device's time goes while serving: ``--profile-steps START:COUNT`` (CUDA only).
+
+The step bench (``engine.bench.steps``) times one step shape at a time, each launched onto an idle
+device, so its "host time" (wall - kernels) includes the batch build that serving overlaps with the
+previous step (async scheduling) and the device slowing down under sustained load. This measures the
+real thing: from serving step START on, for COUNT steps, the torch profiler (CUPTI, device activity
+only: no host-side op tracing, so the host runs as it does unprofiled but for CUPTI's per-launch
+cost) records every kernel, and the runner launches an empty marker kernel
+(``cuda/common/step_mark.cu``) on its stream at the start of each step. One step is everything from
+its mark to the next one, in stream order:
+
+- ``busy``: the union of its kernels' (and copies') intervals;
+- ``lead``: the device idle from the mark to the step's first kernel (the host building and queueing
+  the step's first work after the device caught up with it);
+- ``inner``: idle between its kernels (the host launching slower than the device runs them: eager
+  layer cores between piecewise graphs);
+- ``tail``: idle from its last kernel to the next step's mark (the next step not queued yet: the
+  engine waiting for tokens, scheduling, or no work at all).
+
+``span - busy`` = lead + inner + tail is the host's share of the step as the device saw it: the
+"wall minus device time" of issue 10, measured in serving instead of on an idle device. The mark
+itself (~1-2 us) counts as idle. When the window's last step has run (its end is step START + COUNT's
+mark), the runner synchronises once, stops the profiler, logs a summary by step kind and writes
+``step-profile.json`` (and the trace, ``trace.json``, viewable in Perfetto) to ``--profile-dir``;
+serving pauses for that (a few seconds for a few hundred steps). Steps are counted from the first
+serving step (warm-up and graph capture run before), warm-up requests a client sends included.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.model.forward_batch import SeqSpec
+
+log = logging.getLogger(__name__)
+
+MARK_SRC = "common/step_mark.cu"
+MARK = "step_mark_kernel"
+DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")  # device activities in torch's Chrome trace
+# Kernel name substrings by op family (first match wins; what matches none is sampling/other).
+FAMILIES = (
+    ("attention", ("paged_attn",)),
+    ("gdn", ("gdn_", "conv_prefill", "conv_decode", "conv_state", "chunk")),
+    ("norm/elementwise", ("rms_norm", "silu_mul", "qk_norm", "elementwise", "vectorized", "reduce", "cat")),
+    ("gemm", ("gemm", "nvjet", "xmma", "cutlass", "sm90", "sm80")),
+)
+
+
+def family(kernel: str) -> str:
+    k = kernel.lower()
+    for name, keys in FAMILIES:
+        if any(key in k for key in keys):
+            return name
+    return "sampling/other"
+
+
+@dataclass(frozen=True)
+class Window:
+    """Serving steps ``start`` .. ``start + count - 1`` (the first serving step is 0)."""
+
+    start: int
+    count: int
+
+    @classmethod
+    def parse(cls, spec: str) -> Window:
+        head, sep, tail = spec.partition(":")
+        try:
+            start, count = int(head), int(tail)
+        except ValueError:
+            start = count = -1
+        if not sep or start < 0 or count < 1:
+            raise ValueError(f"--profile-steps: expected START:COUNT (START >= 0, COUNT >= 1), got {spec!r}")
+        return cls(start, count)
+
+
+@dataclass(frozen=True)
+class StepKind:
+    """What a step held and how the runner would route it (without prompt scoring)."""
+
+    kind: str  # decode, prefill or mixed
+    path: str  # decode graph, whole-step graph, piecewise or eager
+    decodes: int
+    prompts: int  # prefill sequences (whole prompts or chunks)
+    tokens: int
+
+    @property
+    def label(self) -> str:
+        many = " (2+ prompts)" if self.prompts > 1 else ""
+        return f"{self.kind}{many} / {self.path}"
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """One step on the device, in microseconds (see the module docstring)."""
+
+    span: float
+    busy: float
+    lead: float
+    inner: float
+    tail: float
+
+    @property
+    def idle(self) -> float:
+        return self.lead + self.inner + self.tail
+
+
+def step_kind(seqs: Sequence[SeqSpec], path: str) -> StepKind:
+    decodes = sum(s.is_decode for s in seqs)
+    prompts = len(seqs) - decodes
+    kind = "decode" if not prompts else "prefill" if not decodes else "mixed"
+    return StepKind(kind, path, decodes, prompts, sum(len(s.token_ids) for s in seqs))
+
+
+def step_timings(marks: Sequence[float], events: Sequence[tuple[float, float]]) -> list[StepTiming]:
+    """One timing per pair of consecutive mark starts (us), from the device ``events`` (start, end),
+    marks excluded; events before the first mark (earlier steps' work) or after the last are ignored.
+    lead + busy + inner + tail = span for every step."""
+    out: list[StepTiming] = []
+    ordered = sorted(events)
+    i, n = 0, len(ordered)
+    for a, b in zip(marks, marks[1:], strict=False):
+        while i < n and ordered[i][0] < a:
+            i += 1
+        first, end, busy, inner = None, a, 0.0, 0.0
+        while i < n and ordered[i][0] < b:
+            s, e = ordered[i][0], min(ordered[i][1], b)
+            i += 1
+            if first is None:
+                first = end = s
+            if s > end:
+                inner += s - end
+            if e > end:
+                busy += e - max(s, end)
+                end = e
+        if first is None:
+            out.append(StepTiming(b - a, 0.0, b - a, 0.0, 0.0))
+        else:
+            out.append(StepTiming(b - a, busy, first - a, inner, b - end))
+    return out
+
+
+def device_events(trace: dict[str, Any]) -> tuple[list[float], list[tuple[float, float, str]]]:
+    """(mark starts, other device activities as (start, end, name)) in us from a torch Chrome trace."""
+    marks: list[float] = []
+    events: list[tuple[float, float, str]] = []
+    for ev in trace.get("traceEvents", []):
+        if ev.get("ph") != "X" or ev.get("cat") not in DEVICE_CATS:
+            continue
+        ts, dur, name = float(ev["ts"]), float(ev.get("dur", 0.0)), str(ev.get("name", ""))
+        if MARK in name:
+            marks.append(ts)
+        else:
+            events.append((ts, ts + dur, name))
+    marks.sort()
+    return marks, events
+
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    xs = sorted(xs)
+    return {
+        "mean": statistics.fmean(xs) / 1e3,
+        "p50": xs[len(xs) // 2] / 1e3,
+        "p90": xs[min(len(xs) - 1, int(0.9 * len(xs)))] / 1e3,
+        "max": xs[-1] / 1e3,
+    }
+
+
+def summarize(
+    kinds: Sequence[StepKind], timings: Sequence[StepTiming], events: Sequence[tuple[float, float, str]]
+) -> dict[str, Any]:
+    """The window's totals, per-step idle and, by step label, means in ms; device time by op family
+    (every event inside the window)."""
+    n = min(len(kinds), len(timings))
+    if n == 0:
+        return {"steps": 0}
+    span = sum(t.span for t in timings[:n])
+    busy = sum(t.busy for t in timings[:n])
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i in range(n):
+        groups[kinds[i].label].append(i)
+    by_kind: dict[str, dict[str, float]] = {}
+    for label, idx in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        row = by_kind[label] = {
+            "steps": len(idx),
+            "tokens": statistics.fmean(kinds[i].tokens for i in idx),
+            "decodes": statistics.fmean(kinds[i].decodes for i in idx),
+        }
+        for f in ("span", "busy", "idle", "lead", "inner", "tail"):
+            row[f"{f}_ms"] = statistics.fmean(getattr(timings[i], f) for i in idx) / 1e3
+    fams: dict[str, float] = defaultdict(float)
+    for s, e, name in events:
+        fams[family(name)] += (e - s) / 1e3
+    return {
+        "steps": n,
+        "span_ms": span / 1e3,
+        "busy_ms": busy / 1e3,
+        "busy_fraction": busy / span if span else 0.0,
+        "idle_per_step_ms": _stats([t.idle for t in timings[:n]]),
+        "by_kind": by_kind,
+        "families_ms": dict(sorted(fams.items(), key=lambda kv: -kv[1])),
+    }
+
+
+class StepProfiler:
+    """Profiles the runner's steps in ``window`` (see the module docstring). ``on_launch`` is called
+    on the runner's stream at the start of every step, before anything of the step is queued."""
+
+    def __init__(self, window: Window, out_dir: str, path_of: Callable[[Sequence[SeqSpec]], str]):
+        import torch
+
+        from engine.ops.compile import kernel
+
+        self.window, self.out_dir, self.path_of = window, out_dir, path_of
+        self.index = 0  # serving steps launched so far
+        self.kinds: list[StepKind] = []
+        self.summary: dict[str, Any] | None = None  # set when the window has been written
+        self._mark = kernel(MARK_SRC, MARK)  # built now, not inside the window
+        self._torch = torch
+        self._prof: Any = None
+
+    def on_launch(self, seqs: Sequence[SeqSpec]) -> None:
+        i, w = self.index, self.window
+        self.index += 1
+        if i < w.start or self.summary is not None:
+            return
+        if i == w.start:
+            prof = self._torch.profiler
+            self._prof = prof.profile(activities=[prof.ProfilerActivity.CUDA])
+            self._prof.start()
+        self._launch_mark(i)
+        if i == w.start + w.count:  # this mark ends the window's last step
+            self._finish()
+            return
+        self.kinds.append(step_kind(seqs, self.path_of(seqs)))
+
+    def _launch_mark(self, i: int) -> None:
+        from engine.ops.compile import i32, launch
+
+        launch(self._mark, (1,), (32,), (i32(i),))
+
+    def _finish(self) -> None:
+        self._torch.cuda.synchronize()
+        self._prof.stop()
+        out = Path(self.out_dir) if self.out_dir else None
+        with tempfile.TemporaryDirectory() as tmp:
+            trace_path = (out or Path(tmp)) / "trace.json"
+            trace_path.parent.mkdir(parents=True, exist_ok=True)
+            self._prof.export_chrome_trace(str(trace_path))
+            trace = json.loads(trace_path.read_text())
+        self._prof = None
+        marks, events = device_events(trace)
+        a, b = (marks[0], marks[-1]) if marks else (0.0, 0.0)
+        timings = step_timings(marks, [(s, e) for s, e, _ in events])
+        inside = [ev for ev in events if a <= ev[0] < b]
+        summary = summarize(self.kinds, timings, inside)
+        summary["window"] = asdict(self.window)
+        summary["marks"] = len(marks)
+        self.summary = summary
+        log_summary(summary)
+        if out is not None:
+            (out / "step-profile.json").write_text(json.dumps(summary, indent=1))
+
+
+def log_summary(s: dict[str, Any]) -> None:
+    if not s.get("steps"):
+        log.warning("step profile: no step timed (%s marks in the trace)", s.get("marks"))
+        return
+    idle = s["idle_per_step_ms"]
+    log.info(
+        "step profile: %d steps over %.1f ms, device busy %.1f%%, idle per step mean %.3f / p50 %.3f / "
+        "p90 %.3f ms",
+        s["steps"],
+        s["span_ms"],
+        100 * s["busy_fraction"],
+        idle["mean"],
+        idle["p50"],
+        idle["p90"],
+    )
+    for label, k in s["by_kind"].items():
+        log.info(
+            "step profile: %s: %d steps, %.0f tokens, span %.3f ms = busy %.3f + idle %.3f (lead %.3f, "
+            "inner %.3f, tail %.3f)",
+            label,
+            k["steps"],
+            k["tokens"],
+            k["span_ms"],
+            k["busy_ms"],
+            k["idle_ms"],
+            k["lead_ms"],
+            k["inner_ms"],
+            k["tail_ms"],
+        )
+
+
+def make_profiler(window: str, out_dir: str, runner: Any) -> StepProfiler | None:
+    """The runner's profiler for ``--profile-steps`` (None when off). Steps are labelled with the path
+    the runner takes for them (decode graph, whole-step graph, piecewise graphs or eager)."""
+    if not window:
+        return None
+    w = Window.parse(window)
+    if runner.device.type != "cuda":
+        raise ValueError("--profile-steps profiles the device's kernels: it needs a CUDA device")
+
+    def path_of(seqs: Sequence[SeqSpec]) -> str:
+        if runner.graphs is not None and runner.graphs.bucket(seqs) is not None:
+            return "decode graph"
+        if runner.prefill_graphs is not None and runner.prefill_graphs.bucket(seqs) is not None:
+            return "whole-step graph"
+        pw = runner.piecewise
+        if pw is not None and pw.bucket(sum(len(s.token_ids) for s in seqs)) is not None:
+            return "piecewise"
+        return "eager"
+
+    return StepProfiler(w, out_dir, path_of)
