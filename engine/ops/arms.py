@@ -237,14 +237,16 @@ ARM_LIST = (
         PREFILL_GRAPH_EVIDENCE,
         _attention_head_dim,
     ),
-    # And on top of graphs.prefill: a step of decodes and one prefill sequence of up to 512 rows replays
-    # one whole-step graph per (decode bucket, token bucket) too (engine/worker/prefill_graphs.py).
+    # And on top of graphs.prefill: a step of decodes and one prefill sequence of up to 1,024 rows
+    # replays one whole-step graph per (decode bucket, token bucket) too (engine/worker/prefill_graphs.py).
     # Interactive load (W4: natural ShareGPT prompts, Poisson arrivals at 8/s; 3 pairs): TTFT mean
-    # 0.746x, p99 ITL 0.491x (outside the A/A band); W3 within noise (MIXED_GRAPH_EVIDENCE).
+    # 0.746x, p99 ITL 0.491x (outside the A/A band); W3 within noise (MIXED_GRAPH_EVIDENCE, 512 rows).
+    # Up to 1,024 rows instead of 512 (session 38, W6: 768-token prompts at 4/s; 3 pairs): TTFT mean
+    # 0.811x, p99 0.669x, TPOT 0.982x (outside the band; docs/bench-evidence/2026-12-04-s38.md).
     Arm(
         "graphs.mixed",
         LAUNCH_MODE,
-        "whole-step CUDA graphs for decodes + one prefill of up to 512 rows (needs graphs.prefill)",
+        "whole-step CUDA graphs for decodes + one prefill of up to 1,024 rows (needs graphs.prefill)",
         True,
         MIXED_GRAPH_EVIDENCE,
         _attention_head_dim,

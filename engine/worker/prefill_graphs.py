@@ -64,11 +64,15 @@ log = logging.getLogger(__name__)
 # host (a 2,048-token prefill: ~9 ms to queue piecewise against ~25 ms on the H200), while the largest
 # graph sets how much static memory its transients need (~70 MB at 2,048 tokens, half at 1,024).
 MAX_TOKENS = 1024
-# Steps with decodes take them up to this many rows: above it the device's time hides the pieces'
-# launches (4 decodes + 1,000 tokens: 16.52 ms as a whole graph against 16.58 piecewise; W1's 32 +
-# 2,016: 28.96 against 29.05; docs/bench-evidence/2026-12-03-s33.md, runs 1 and 3), and each (decode,
-# token) bucket pair is one more graph (~1.4 MiB of driver memory, ~0.05 s of capture, twice).
-MIXED_MAX_TOKENS = 512
+# Steps with decodes take them up to this many rows in all. In an isolated step bench the device's
+# time seemed to hide the pieces' launches above 512 rows (4 decodes + 1,000 tokens: 16.52 ms as a
+# whole graph against 16.58 piecewise, docs/bench-evidence/2026-12-03-s33.md), but served, with the
+# engine's I/O threads sharing the interpreter, a step of ~10 decodes and one 768-token prompt left
+# the device idle between its kernels for 2.1-5.4 ms of its 15.0-18.8 (--profile-steps on two servers,
+# docs/bench-evidence/2026-12-04-s38.md, run 2); up to 1,024 rows, W6's TTFT mean went 0.811x (run 4).
+# Each (decode, token) bucket pair is one more graph (~1.4 MiB of driver memory, ~0.07 s of capture,
+# twice).
+MIXED_MAX_TOKENS = 1024
 # What the decode rows of a mixed step are padded to (then the runner's most decodes, max_num_seqs - 1):
 # a padding decode costs a GEMM row and CTAs that exit at once, a bucket costs graphs.
 MIXED_DECODES = (8, 16, 32, 64, 128, 256)
