@@ -21,17 +21,20 @@ its mark to the next one, in stream order:
 "wall minus device time" of issue 10, measured in serving instead of on an idle device. The mark
 itself (~1-2 us) counts as idle. When the window's last step has run (its end is step START + COUNT's
 mark), the runner synchronises once, stops the profiler, logs a summary by step kind and writes
-``step-profile.json`` (and the trace, ``trace.json``, viewable in Perfetto) to ``--profile-dir``;
+``step-profile.json`` (and the trace, ``trace.json``, viewable in Perfetto) to ``--profile-dir``,
+with the interpreter's garbage-collection pauses in the window (``gc.callbacks``) by generation;
 serving pauses for that (a few seconds for a few hundred steps). Steps are counted from the first
 serving step (warm-up and graph capture run before), warm-up requests a client sends included.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import statistics
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -209,6 +212,36 @@ def summarize(
     }
 
 
+class GcPauses:
+    """The interpreter's garbage collections while registered (``gc.callbacks``): count, total and
+    longest pause by generation. A collection holds the GIL, so it stalls whichever thread launches
+    the step as well as the one that triggered it."""
+
+    def __init__(self) -> None:
+        self._t0 = 0.0
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._t0))
+
+    def __enter__(self) -> GcPauses:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for g in sorted({g for g, _ in self.pauses}):
+            ts = [t for gen, t in self.pauses if gen == g]
+            out[f"gen{g}"] = {"count": len(ts), "total_ms": sum(ts) * 1e3, "max_ms": max(ts) * 1e3}
+        return out
+
+
 class StepProfiler:
     """Profiles the runner's steps in ``window`` (see the module docstring). ``on_launch`` is called
     on the runner's stream at the start of every step, before anything of the step is queued."""
@@ -225,6 +258,7 @@ class StepProfiler:
         self._mark = kernel(MARK_SRC, MARK)  # built now, not inside the window
         self._torch = torch
         self._prof: Any = None
+        self._gc: GcPauses | None = None
 
     def on_launch(self, seqs: Sequence[SeqSpec]) -> None:
         i, w = self.index, self.window
@@ -235,6 +269,7 @@ class StepProfiler:
             prof = self._torch.profiler
             self._prof = prof.profile(activities=[prof.ProfilerActivity.CUDA])
             self._prof.start()
+            self._gc = GcPauses().__enter__()
         self._launch_mark(i)
         if i == w.start + w.count:  # this mark ends the window's last step
             self._finish()
@@ -247,6 +282,9 @@ class StepProfiler:
         launch(self._mark, (1,), (32,), (i32(i),))
 
     def _finish(self) -> None:
+        gcp, self._gc = self._gc, None
+        if gcp is not None:
+            gcp.__exit__()
         self._torch.cuda.synchronize()
         self._prof.stop()
         out = Path(self.out_dir) if self.out_dir else None
@@ -263,6 +301,7 @@ class StepProfiler:
         summary = summarize(self.kinds, timings, inside)
         summary["window"] = asdict(self.window)
         summary["marks"] = len(marks)
+        summary["gc_pauses"] = gcp.summary() if gcp is not None else {}
         self.summary = summary
         log_summary(summary)
         if out is not None:
@@ -284,6 +323,14 @@ def log_summary(s: dict[str, Any]) -> None:
         idle["p50"],
         idle["p90"],
     )
+    for gen, g in s.get("gc_pauses", {}).items():
+        log.info(
+            "step profile: garbage collections (%s) in the window: %d, %.2f ms in all, longest %.2f ms",
+            gen,
+            g["count"],
+            g["total_ms"],
+            g["max_ms"],
+        )
     for label, k in s["by_kind"].items():
         log.info(
             "step profile: %s: %d steps, %.0f tokens, span %.3f ms = busy %.3f + idle %.3f (lead %.3f, "

@@ -15,6 +15,7 @@ from engine.worker.model_runner import ModelRunner
 from engine.worker.resolve import resolve_model
 from engine.worker.step_profile import (
     MARK,
+    GcPauses,
     StepKind,
     StepTiming,
     Window,
@@ -138,3 +139,17 @@ def test_the_profiler_is_off_by_default_and_refused_without_cuda():
     assert ModelRunner(EngineConfig(model=resolve_model(cpu))).profiler is None
     with pytest.raises(ValueError, match="needs a CUDA device"):
         ModelRunner(EngineConfig(model=resolve_model(dataclasses.replace(cpu, profile_steps="1:5"))))
+
+
+def test_gc_pauses_are_counted_by_generation_while_registered():
+    import gc
+
+    with GcPauses() as pauses:
+        gc.collect(0)
+        gc.collect(2)
+        gc.collect(2)
+    gc.collect(1)  # after the window: not counted
+    s = pauses.summary()
+    assert s["gen0"]["count"] >= 1 and s["gen2"]["count"] >= 2 and "gen1" not in s
+    assert 0 <= s["gen2"]["max_ms"] <= s["gen2"]["total_ms"]
+    assert pauses not in gc.callbacks

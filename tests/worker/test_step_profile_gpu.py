@@ -69,3 +69,4 @@ def test_a_profiled_run_times_its_window_and_serves_the_same_tokens(tmp_path: Pa
     total = sum(s["families_ms"].values())
     assert s["busy_ms"] <= total * (1 + 1e-6)
     assert runner.profiler.index > 12  # type: ignore[union-attr]
+    assert all(g["count"] >= 1 and g["max_ms"] <= g["total_ms"] for g in s["gc_pauses"].values())
