@@ -227,12 +227,18 @@ class GcPauses:
         else:
             self.pauses.append((info["generation"], time.perf_counter() - self._t0))
 
-    def __enter__(self) -> GcPauses:
+    def start(self) -> GcPauses:
         gc.callbacks.append(self)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         gc.callbacks.remove(self)
+
+    def __enter__(self) -> GcPauses:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def summary(self) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
@@ -269,7 +275,7 @@ class StepProfiler:
             prof = self._torch.profiler
             self._prof = prof.profile(activities=[prof.ProfilerActivity.CUDA])
             self._prof.start()
-            self._gc = GcPauses().__enter__()
+            self._gc = GcPauses().start()
         self._launch_mark(i)
         if i == w.start + w.count:  # this mark ends the window's last step
             self._finish()
@@ -284,7 +290,7 @@ class StepProfiler:
     def _finish(self) -> None:
         gcp, self._gc = self._gc, None
         if gcp is not None:
-            gcp.__exit__()
+            gcp.stop()
         self._torch.cuda.synchronize()
         self._prof.stop()
         out = Path(self.out_dir) if self.out_dir else None
