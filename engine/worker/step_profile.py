@@ -276,6 +276,7 @@ class StepProfiler:
             self._prof = prof.profile(activities=[prof.ProfilerActivity.CUDA])
             self._prof.start()
             self._gc = GcPauses().start()
+            log.info("step profile: steps %d-%d under the profiler", w.start, w.start + w.count - 1)
         self._launch_mark(i)
         if i == w.start + w.count:  # this mark ends the window's last step
             self._finish()
