@@ -29,6 +29,7 @@ serving step (warm-up and graph capture run before), warm-up requests a client s
 
 from __future__ import annotations
 
+import bisect
 import gc
 import json
 import logging
@@ -176,12 +177,25 @@ def _stats(xs: list[float]) -> dict[str, float]:
     }
 
 
+def step_families(
+    marks: Sequence[float], events: Sequence[tuple[float, float, str]]
+) -> list[dict[str, float]]:
+    """Device microseconds by op family of each step (between consecutive mark starts), the events
+    assigned to the step they start in; events outside the marks are left out."""
+    out: list[dict[str, float]] = [defaultdict(float) for _ in range(max(0, len(marks) - 1))]
+    for s, e, name in events:
+        i = bisect.bisect_right(marks, s) - 1
+        if 0 <= i < len(out):
+            out[i][family(name)] += e - s
+    return [dict(f) for f in out]
+
+
 def summarize(
-    kinds: Sequence[StepKind], timings: Sequence[StepTiming], events: Sequence[tuple[float, float, str]]
+    kinds: Sequence[StepKind], timings: Sequence[StepTiming], families: Sequence[dict[str, float]]
 ) -> dict[str, Any]:
-    """The window's totals, per-step idle and, by step label, means in ms; device time by op family
-    (every event inside the window)."""
-    n = min(len(kinds), len(timings))
+    """The window's totals, per-step idle and, by step label, means in ms (device time by op family
+    among them); ``families`` is :func:`step_families` of the same steps."""
+    n = min(len(kinds), len(timings), len(families))
     if n == 0:
         return {"steps": 0}
     span = sum(t.span for t in timings[:n])
@@ -189,7 +203,15 @@ def summarize(
     groups: dict[str, list[int]] = defaultdict(list)
     for i in range(n):
         groups[kinds[i].label].append(i)
-    by_kind: dict[str, dict[str, float]] = {}
+
+    def by_family(idx: Sequence[int], scale: float) -> dict[str, float]:
+        tot: dict[str, float] = defaultdict(float)
+        for i in idx:
+            for f, us in families[i].items():
+                tot[f] += us * scale / 1e3
+        return dict(sorted(tot.items(), key=lambda kv: -kv[1]))
+
+    by_kind: dict[str, dict[str, Any]] = {}
     for label, idx in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         row = by_kind[label] = {
             "steps": len(idx),
@@ -198,9 +220,7 @@ def summarize(
         }
         for f in ("span", "busy", "idle", "lead", "inner", "tail"):
             row[f"{f}_ms"] = statistics.fmean(getattr(timings[i], f) for i in idx) / 1e3
-    fams: dict[str, float] = defaultdict(float)
-    for s, e, name in events:
-        fams[family(name)] += (e - s) / 1e3
+        row["families_ms"] = by_family(idx, 1 / len(idx))  # per step
     return {
         "steps": n,
         "span_ms": span / 1e3,
@@ -208,7 +228,7 @@ def summarize(
         "busy_fraction": busy / span if span else 0.0,
         "idle_per_step_ms": _stats([t.idle for t in timings[:n]]),
         "by_kind": by_kind,
-        "families_ms": dict(sorted(fams.items(), key=lambda kv: -kv[1])),
+        "families_ms": by_family(range(n), 1.0),  # the whole window
     }
 
 
@@ -302,10 +322,8 @@ class StepProfiler:
             trace = json.loads(trace_path.read_text())
         self._prof = None
         marks, events = device_events(trace)
-        a, b = (marks[0], marks[-1]) if marks else (0.0, 0.0)
         timings = step_timings(marks, [(s, e) for s, e, _ in events])
-        inside = [ev for ev in events if a <= ev[0] < b]
-        summary = summarize(self.kinds, timings, inside)
+        summary = summarize(self.kinds, timings, step_families(marks, events))
         summary["window"] = asdict(self.window)
         summary["marks"] = len(marks)
         summary["gc_pauses"] = gcp.summary() if gcp is not None else {}
@@ -330,6 +348,8 @@ def log_summary(s: dict[str, Any]) -> None:
         idle["p50"],
         idle["p90"],
     )
+    fams = ", ".join(f"{f} {ms:.1f}" for f, ms in s["families_ms"].items())
+    log.info("step profile: device time by op family (ms): %s", fams)
     for gen, g in s.get("gc_pauses", {}).items():
         log.info(
             "step profile: garbage collections (%s) in the window: %d, %.2f ms in all, longest %.2f ms",

@@ -21,6 +21,7 @@ from engine.worker.step_profile import (
     Window,
     device_events,
     family,
+    step_families,
     step_kind,
     step_timings,
     summarize,
@@ -112,8 +113,12 @@ def test_the_summary_groups_steps_by_label_and_adds_up():
         StepTiming(30000.0, 27000.0, 1000.0, 1500.0, 500.0),
         StepTiming(5000.0, 4700.0, 100.0, 100.0, 100.0),
     ]
-    events = [(0.0, 1000.0, "nvjet_sm90_x"), (0.0, 500.0, "paged_attn_kernel<256>"), (0.0, 20.0, "argmax")]
-    s = summarize(kinds, timings, events)
+    families = [
+        {"gemm": 3000.0, "gdn": 1000.0},
+        {"gemm": 20000.0, "attention": 5000.0},
+        {"gemm": 3400.0, "gdn": 1000.0, "sampling/other": 20.0},
+    ]
+    s = summarize(kinds, timings, families)
     assert s["steps"] == 3
     assert s["span_ms"] == pytest.approx(40.0) and s["busy_ms"] == pytest.approx(36.2)
     assert s["busy_fraction"] == pytest.approx(36.2 / 40.0)
@@ -124,8 +129,28 @@ def test_the_summary_groups_steps_by_label_and_adds_up():
     assert list(s["by_kind"]) == ["decode / decode graph", "mixed (2+ prompts) / piecewise"]
     assert dec["steps"] == 2 and dec["busy_ms"] == pytest.approx(4.6) and dec["idle_ms"] == pytest.approx(0.4)
     assert dec["lead_ms"] + dec["inner_ms"] + dec["tail_ms"] == pytest.approx(dec["idle_ms"])
-    assert s["families_ms"] == {"gemm": 1.0, "attention": 0.5, "sampling/other": 0.02}
+    assert dec["families_ms"] == pytest.approx({"gemm": 3.2, "gdn": 1.0, "sampling/other": 0.01})  # per step
+    assert list(s["families_ms"]) == ["gemm", "attention", "gdn", "sampling/other"]  # most first
+    window = {"gemm": 26.4, "attention": 5.0, "gdn": 2.0, "sampling/other": 0.02}
+    assert s["families_ms"] == pytest.approx(window)
     assert summarize([], [], []) == {"steps": 0}
+
+
+def test_step_families_assign_each_event_to_the_step_it_starts_in():
+    marks = [100.0, 200.0, 300.0]
+    events = [
+        (50.0, 110.0, "nvjet_before_the_window"),
+        (110.0, 150.0, "nvjet_sm90_a"),
+        (150.0, 205.0, "void paged_attn_kernel<256, 32, 4, 2>"),  # runs past the mark: still step 0's
+        (210.0, 220.0, "void gdn_chunk_state_kernel<64>"),
+        (230.0, 240.0, "Memcpy HtoD"),
+        (300.0, 310.0, "nvjet_after_the_window"),
+    ]
+    assert step_families(marks, events) == [
+        {"gemm": 40.0, "attention": 55.0},
+        {"gdn": 10.0, "sampling/other": 10.0},
+    ]
+    assert step_families([100.0], events) == []
 
 
 def test_families_match_the_kernels_of_a_step():

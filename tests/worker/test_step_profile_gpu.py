@@ -65,6 +65,8 @@ def test_a_profiled_run_times_its_window_and_serves_the_same_tokens(tmp_path: Pa
         assert k["busy_ms"] > 0
         assert k["busy_ms"] + k["idle_ms"] == pytest.approx(k["span_ms"], rel=1e-6)
         assert k["lead_ms"] + k["inner_ms"] + k["tail_ms"] == pytest.approx(k["idle_ms"], rel=1e-6)
+        # a step's kernels by family: their durations add up to at least the union of their intervals
+        assert sum(k["families_ms"].values()) >= k["busy_ms"] * (1 - 1e-6)
     # every kernel inside the window is in some family; their sum covers the union of their intervals
     total = sum(s["families_ms"].values())
     assert s["busy_ms"] <= total * (1 + 1e-6)
