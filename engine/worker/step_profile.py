@@ -30,6 +30,7 @@ serving step (warm-up and graph capture run before), warm-up requests a client s
 from __future__ import annotations
 
 import bisect
+import contextlib
 import gc
 import json
 import logging
@@ -278,6 +279,11 @@ class StepProfiler:
         from engine.ops.compile import kernel
 
         self.window, self.out_dir, self.path_of = window, out_dir, path_of
+        if out_dir:  # at start-up: a directory that cannot be made is refused before serving
+            try:
+                Path(out_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ValueError(f"--profile-dir {out_dir!r}: {e}") from None
         self.index = 0  # serving steps launched so far
         self.kinds: list[StepKind] = []
         self.summary: dict[str, Any] | None = None  # set when the window has been written
@@ -291,6 +297,25 @@ class StepProfiler:
         self.index += 1
         if i < w.start or self.summary is not None:
             return
+        try:
+            self._step(i, seqs)
+        except Exception as e:  # a profile that fails (no CUPTI, a full disk) must not stop serving
+            log.exception("step profile failed at step %d; profiling stops, serving goes on", i)
+            self.summary = {"steps": 0, "error": f"{type(e).__name__}: {e}"}
+            self._close()
+
+    def _close(self) -> None:
+        """Unregister the collection timer and stop the profiler, whatever state they are in."""
+        gcp, self._gc = self._gc, None
+        if gcp is not None:
+            gcp.stop()
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            with contextlib.suppress(Exception):
+                prof.stop()
+
+    def _step(self, i: int, seqs: Sequence[SeqSpec]) -> None:
+        w = self.window
         if i == w.start:
             prof = self._torch.profiler
             self._prof = prof.profile(activities=[prof.ProfilerActivity.CUDA])

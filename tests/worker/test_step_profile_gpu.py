@@ -5,6 +5,8 @@ and the trace are written, and the tokens served are the ones an unprofiled engi
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -20,7 +22,9 @@ from engine.worker.resolve import resolve_model
 pytestmark = pytest.mark.gpu
 
 
-def _serve(profile: str, out: Path | None) -> tuple[dict[str, list[int]], ModelRunner]:
+def _serve(
+    profile: str, out: Path | None, after_first_step: Callable[[], None] | None = None
+) -> tuple[dict[str, list[int]], ModelRunner]:
     mc = resolve_model(
         ModelConfig(device="cuda", max_model_len=1024, profile_steps=profile, profile_dir=str(out or ""))
     )
@@ -46,6 +50,9 @@ def _serve(profile: str, out: Path | None) -> tuple[dict[str, list[int]], ModelR
     while core.has_work():
         for o in core.step().outputs:
             toks[o.request_id] += o.new_token_ids
+        if after_first_step is not None:
+            after_first_step()
+            after_first_step = None
     return toks, runner
 
 
@@ -72,3 +79,25 @@ def test_a_profiled_run_times_its_window_and_serves_the_same_tokens(tmp_path: Pa
     assert s["busy_ms"] <= total * (1 + 1e-6)
     assert runner.profiler.index > 12  # type: ignore[union-attr]
     assert all(g["count"] >= 1 and g["max_ms"] <= g["total_ms"] for g in s["gc_pauses"].values())
+
+
+def test_a_profile_that_cannot_be_written_stops_profiling_not_serving(tmp_path: Path):
+    plain, _ = _serve("", None)
+    out = tmp_path / "prof"
+
+    def clobber() -> None:  # the directory made at start-up turns into a file before the window ends
+        shutil.rmtree(out)
+        out.write_text("not a directory")
+
+    toks, runner = _serve("2:10", out, clobber)
+    assert toks == plain
+    s = runner.profiler.summary  # type: ignore[union-attr]
+    assert s is not None and s["steps"] == 0 and "FileExistsError" in s["error"]
+    assert out.is_file()
+
+
+def test_a_profile_dir_that_cannot_be_made_is_refused_at_start_up(tmp_path: Path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match="--profile-dir"):
+        _serve("2:10", blocker / "prof")
