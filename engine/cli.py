@@ -46,7 +46,7 @@ _SIZE_FLAGS = ("kv_cache_memory", "device_memory_limit")
 
 def _profile_steps(value: str) -> str:
     """--profile-steps checked at parse time (START:COUNT or empty); kept as written."""
-    from engine.worker.step_profile import Window
+    from engine.worker.step_timeline import Window
 
     if value:
         try:

@@ -47,7 +47,7 @@ from engine.model.forward_batch import ForwardBatch
 from engine.sampling_params import SamplingParams
 from engine.worker.model_runner import ModelRunner
 from engine.worker.step import ScheduledSeq
-from engine.worker.step_profile import FAMILIES, family
+from engine.worker.step_timeline import FAMILIES, family
 
 CTX = 1100
 

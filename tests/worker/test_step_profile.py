@@ -1,6 +1,7 @@
-"""--profile-steps (engine/worker/step_profile.py): the window flag, each step's split of its device
-time into kernels and idle (lead, inner, tail) from a timeline, the summary by step kind, and the CPU
-refusal. The profile of a real serving run is tests/worker/test_step_profile_gpu.py."""
+"""--profile-steps (engine/worker/step_profile.py, step_timeline.py): the window flag, each step's
+split of its device time into kernels and idle (lead, inner, tail) from a timeline, its families, the
+summary by step kind, the collection timer and the CPU refusal. The profile of a real serving run is
+tests/worker/test_step_profile_gpu.py."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from engine.config import EngineConfig, ModelConfig
 from engine.model.forward_batch import SeqSpec
 from engine.worker.model_runner import ModelRunner
 from engine.worker.resolve import resolve_model
-from engine.worker.step_profile import (
+from engine.worker.step_profile import GcPauses
+from engine.worker.step_timeline import (
     MARK,
-    GcPauses,
     StepKind,
     StepTiming,
     Window,
