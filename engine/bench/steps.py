@@ -47,7 +47,7 @@ from engine.model.forward_batch import ForwardBatch
 from engine.sampling_params import SamplingParams
 from engine.worker.model_runner import ModelRunner
 from engine.worker.step import ScheduledSeq
-from engine.worker.step_timeline import FAMILIES, family
+from engine.worker.step_timeline import FAMILIES, family, gaps_between
 
 CTX = 1100
 
@@ -123,23 +123,6 @@ def profile_once(
     if gaps is not None:
         gaps.extend(gaps_between(named))
     return dict(fam), idle_split(step, [(s, e) for s, e, _ in named])
-
-
-def gaps_between(kernels: list[tuple[float, float, str]]) -> list[tuple[float, str, str]]:
-    """The device's idle gaps among ``kernels`` (start, end, name): (length, the kernel whose end
-    opens it, the kernel whose start closes it), each gap once however kernels overlap (a kernel
-    inside a longer one, or two launched to overlap, leave no gap)."""
-    out: list[tuple[float, str, str]] = []
-    ordered = sorted(kernels)
-    if not ordered:
-        return out
-    end, last = ordered[0][1], ordered[0][2]
-    for start, e, name in ordered[1:]:
-        if start > end:
-            out.append((start - end, last, name))
-        if e > end:
-            end, last = e, name
-    return out
 
 
 def print_gaps(name: str, gaps: list[tuple[float, str, str]], top: int) -> None:

@@ -22,11 +22,12 @@ from typing import get_args
 import numpy as np
 import torch
 
-from engine.bench.steps import Steps, gaps_between, step_runner
+from engine.bench.steps import Steps, step_runner
 from engine.config import LoadFormat
 from engine.model.forward_batch import ForwardBatch
 from engine.worker.cuda_graphs import capture_stream, no_gc
 from engine.worker.model_runner import ModelRunner
+from engine.worker.step_timeline import gaps_between
 
 
 def timed(stream: torch.cuda.Stream, call) -> float:

@@ -41,7 +41,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from engine.model.forward_batch import SeqSpec
+from engine.ops.compile import i32, kernel, launch
 from engine.worker.step_timeline import (
     MARK,
     StepKind,
@@ -80,12 +83,6 @@ class GcPauses:
     def stop(self) -> None:
         gc.callbacks.remove(self)
 
-    def __enter__(self) -> GcPauses:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def summary(self) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
         for g in sorted({g for g, _ in self.pauses}):
@@ -99,10 +96,6 @@ class StepProfiler:
     on the runner's stream at the start of every step, before anything of the step is queued."""
 
     def __init__(self, window: Window, out_dir: str, path_of: Callable[[Sequence[SeqSpec]], str]):
-        import torch
-
-        from engine.ops.compile import kernel
-
         self.window, self.out_dir, self.path_of = window, out_dir, path_of
         if out_dir:  # at start-up: a directory that cannot be made is refused before serving
             try:
@@ -113,7 +106,6 @@ class StepProfiler:
         self.kinds: list[StepKind] = []
         self.summary: dict[str, Any] | None = None  # set when the window has been written
         self._mark = kernel(MARK_SRC, MARK)  # built now, not inside the window
-        self._torch = torch
         self._prof: Any = None
         self._gc: GcPauses | None = None
 
@@ -142,8 +134,7 @@ class StepProfiler:
     def _step(self, i: int, seqs: Sequence[SeqSpec]) -> None:
         w = self.window
         if i == w.start:
-            prof = self._torch.profiler
-            self._prof = prof.profile(activities=[prof.ProfilerActivity.CUDA])
+            self._prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
             self._prof.start()
             self._gc = GcPauses().start()
             log.info("step profile: steps %d-%d under the profiler", w.start, w.start + w.count - 1)
@@ -154,25 +145,20 @@ class StepProfiler:
         self.kinds.append(step_kind(seqs, self.path_of(seqs)))
 
     def _launch_mark(self, i: int) -> None:
-        from engine.ops.compile import i32, launch
-
         launch(self._mark, (1,), (32,), (i32(i),))
 
     def _finish(self) -> None:
-        gcp, self._gc = self._gc, None
-        if gcp is not None:
-            gcp.stop()
-        self._torch.cuda.synchronize()
-        self._prof.stop()
+        gcp, prof = self._gc, self._prof
+        torch.cuda.synchronize()
+        self._close()
         out = Path(self.out_dir) if self.out_dir else None
         with tempfile.TemporaryDirectory() as tmp:
             trace_path = (out or Path(tmp)) / "trace.json"
             trace_path.parent.mkdir(parents=True, exist_ok=True)
-            self._prof.export_chrome_trace(str(trace_path))
+            prof.export_chrome_trace(str(trace_path))
             trace = json.loads(trace_path.read_text())
-        self._prof = None
         marks, events = device_events(trace)
-        timings = step_timings(marks, [(s, e) for s, e, _ in events])
+        timings = step_timings(marks, events)
         summary = summarize(self.kinds, timings, step_families(marks, events))
         summary["window"] = asdict(self.window)
         summary["marks"] = len(marks)

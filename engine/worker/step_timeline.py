@@ -15,6 +15,7 @@ from typing import Any
 from engine.model.forward_batch import SeqSpec
 
 MARK = "step_mark_kernel"  # the marker kernel's name (cuda/common/step_mark.cu)
+Event = tuple[float, float, str]  # a device activity: start, end (us), name
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")  # device activities in torch's Chrome trace
 # Kernel name substrings by op family (first match wins; what matches none is sampling/other).
 FAMILIES = (
@@ -90,38 +91,53 @@ def step_kind(seqs: Sequence[SeqSpec], path: str) -> StepKind:
     return StepKind(kind, path, decodes, prompts, sum(len(s.token_ids) for s in seqs))
 
 
-def step_timings(marks: Sequence[float], events: Sequence[tuple[float, float]]) -> list[StepTiming]:
-    """One timing per pair of consecutive mark starts (us), from the device ``events`` (start, end),
-    marks excluded; events before the first mark (earlier steps' work) or after the last are ignored.
-    lead + busy + inner + tail = span for every step."""
-    out: list[StepTiming] = []
-    ordered = sorted(events)
-    i, n = 0, len(ordered)
-    for a, b in zip(marks, marks[1:], strict=False):
-        while i < n and ordered[i][0] < a:
-            i += 1
-        first, end, busy, inner = None, a, 0.0, 0.0
-        while i < n and ordered[i][0] < b:
-            s, e = ordered[i][0], min(ordered[i][1], b)
-            i += 1
-            if first is None:
-                first = end = s
-            if s > end:
-                inner += s - end
-            if e > end:
-                busy += e - max(s, end)
-                end = e
-        if first is None:
-            out.append(StepTiming(b - a, 0.0, b - a, 0.0, 0.0))
-        else:
-            out.append(StepTiming(b - a, busy, first - a, inner, b - end))
+def gaps_between(kernels: Sequence[Event]) -> list[tuple[float, str, str]]:
+    """The device's idle gaps among ``kernels`` (start, end, name): (length, the kernel whose end
+    opens it, the kernel whose start closes it), each gap once however kernels overlap (a kernel
+    inside a longer one, or two launched to overlap, leave no gap)."""
+    out: list[tuple[float, str, str]] = []
+    ordered = sorted(kernels)
+    if not ordered:
+        return out
+    end, last = ordered[0][1], ordered[0][2]
+    for start, e, name in ordered[1:]:
+        if start > end:
+            out.append((start - end, last, name))
+        if e > end:
+            end, last = e, name
     return out
 
 
-def device_events(trace: dict[str, Any]) -> tuple[list[float], list[tuple[float, float, str]]]:
+def by_step(marks: Sequence[float], events: Sequence[Event]) -> list[list[Event]]:
+    """The events (start, end, name) of each step, between consecutive mark starts, each in the step
+    it starts in; events before the first mark (earlier steps' work) or after the last are left out."""
+    out: list[list[Event]] = [[] for _ in range(max(0, len(marks) - 1))]
+    for ev in events:
+        i = bisect.bisect_right(marks, ev[0]) - 1
+        if 0 <= i < len(out):
+            out[i].append(ev)
+    return out
+
+
+def step_timings(marks: Sequence[float], events: Sequence[Event]) -> list[StepTiming]:
+    """One timing per pair of consecutive mark starts (us), from the device ``events`` (marks
+    excluded), each cut at the next mark; lead + busy + inner + tail = span for every step."""
+    out: list[StepTiming] = []
+    for a, b, evs in zip(marks, marks[1:], by_step(marks, events), strict=False):
+        if not evs:
+            out.append(StepTiming(b - a, 0.0, b - a, 0.0, 0.0))
+            continue
+        cut = [(s, min(e, b), name) for s, e, name in evs]
+        inner = sum(g for g, _, _ in gaps_between(cut))
+        first, end = min(s for s, _, _ in cut), max(e for _, e, _ in cut)
+        out.append(StepTiming(b - a, end - first - inner, first - a, inner, b - end))
+    return out
+
+
+def device_events(trace: dict[str, Any]) -> tuple[list[float], list[Event]]:
     """(mark starts, other device activities as (start, end, name)) in us from a torch Chrome trace."""
     marks: list[float] = []
-    events: list[tuple[float, float, str]] = []
+    events: list[Event] = []
     for ev in trace.get("traceEvents", []):
         if ev.get("ph") != "X" or ev.get("cat") not in DEVICE_CATS:
             continue
@@ -144,17 +160,15 @@ def _stats(xs: list[float]) -> dict[str, float]:
     }
 
 
-def step_families(
-    marks: Sequence[float], events: Sequence[tuple[float, float, str]]
-) -> list[dict[str, float]]:
-    """Device microseconds by op family of each step (between consecutive mark starts), the events
-    assigned to the step they start in; events outside the marks are left out."""
-    out: list[dict[str, float]] = [defaultdict(float) for _ in range(max(0, len(marks) - 1))]
-    for s, e, name in events:
-        i = bisect.bisect_right(marks, s) - 1
-        if 0 <= i < len(out):
-            out[i][family(name)] += e - s
-    return [dict(f) for f in out]
+def step_families(marks: Sequence[float], events: Sequence[Event]) -> list[dict[str, float]]:
+    """Device microseconds by op family of each step (:func:`by_step`'s events, uncut)."""
+    out: list[dict[str, float]] = []
+    for evs in by_step(marks, events):
+        fams: dict[str, float] = defaultdict(float)
+        for s, e, name in evs:
+            fams[family(name)] += e - s
+        out.append(dict(fams))
+    return out
 
 
 def summarize(

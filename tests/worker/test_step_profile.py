@@ -51,12 +51,12 @@ def test_the_flag_reaches_the_model_config():
 def test_step_timings_split_each_span_into_lead_busy_inner_and_tail():
     marks = [100.0, 200.0, 300.0, 350.0]
     events = [
-        (50.0, 101.0),  # the step before the window: ignored
-        (110.0, 150.0),  # step 0: lead 10
-        (140.0, 160.0),  # overlaps the one before (a programmatic launch): union, no gap
-        (170.0, 190.0),  # inner gap 10, tail 10
-        (200.0, 290.0),  # step 1: no lead, tail 10
-        (400.0, 410.0),  # after the last mark: ignored
+        (50.0, 101.0, "k"),  # the step before the window: ignored
+        (110.0, 150.0, "k"),  # step 0: lead 10
+        (140.0, 160.0, "k"),  # overlaps the one before (a programmatic launch): union, no gap
+        (170.0, 190.0, "k"),  # inner gap 10, tail 10
+        (200.0, 290.0, "k"),  # step 1: no lead, tail 10
+        (400.0, 410.0, "k"),  # after the last mark: ignored
     ]
     t = step_timings(marks, events)
     assert t[0] == StepTiming(span=100.0, busy=70.0, lead=10.0, inner=10.0, tail=10.0)
@@ -67,7 +67,7 @@ def test_step_timings_split_each_span_into_lead_busy_inner_and_tail():
 
 
 def test_a_kernel_running_past_the_next_mark_is_cut_there():
-    (t,) = step_timings([0.0, 10.0], [(2.0, 15.0)])
+    (t,) = step_timings([0.0, 10.0], [(2.0, 15.0, "k")])
     assert (t.busy, t.lead, t.tail) == (8.0, 2.0, 0.0)
 
 
@@ -87,7 +87,7 @@ def test_device_events_take_kernels_copies_and_memsets_and_the_marks_apart():
     assert marks == [10.0, 50.0]
     gemm = (12.0, 42.0, "nvjet_sm90_tst_192x192")
     assert events == [gemm, (43.0, 45.0, "Memcpy HtoD"), (46.0, 47.0, "Memset")]
-    (t,) = step_timings(marks, [(s, e) for s, e, _ in events])
+    (t,) = step_timings(marks, events)
     assert t.busy == 33.0 and t.lead == 2.0 and t.inner == 2.0 and t.tail == 3.0
 
 
@@ -170,10 +170,11 @@ def test_the_profiler_is_off_by_default_and_refused_without_cuda():
 def test_gc_pauses_are_counted_by_generation_while_registered():
     import gc
 
-    with GcPauses() as pauses:
-        gc.collect(0)
-        gc.collect(2)
-        gc.collect(2)
+    pauses = GcPauses().start()
+    gc.collect(0)
+    gc.collect(2)
+    gc.collect(2)
+    pauses.stop()
     gc.collect(1)  # after the window: not counted
     s = pauses.summary()
     assert s["gen0"]["count"] >= 1 and s["gen2"]["count"] >= 2 and "gen1" not in s
