@@ -73,14 +73,18 @@ __device__ __forceinline__ float fu_row_sum(float v, float* red) {
 
 // ---------------------------------------------------------------------------------------------------
 // add_rms_norm: x, residual [N, D] bf16 with row strides; weight [D]; y, h [N, D] contiguous.
+// SPLITS > 0: x is instead SPLITS fp32 partial products [SPLITS, N, D] of an explicit split-K GEMM
+// (engine/ops/gemm/split_norm.py), row stride x_stride, one split N * x_stride values after the last;
+// they are summed in split order and rounded once to bf16, which is the projection's output the
+// bf16 path would read (cuBLAS sums its K in some order of its own and rounds once too).
 // D = VPT * TPR * 8: thread j of a row owns the VPT 16-byte vectors j, j + TPR, ... (coalesced).
 // ROWS rows per CTA (ROWS = 1 when TPR > 32). grid: ceil(N / ROWS), block: TPR * ROWS.
 // Zero-centred RMSNorm in the reference order: (h * rsqrt(mean + eps)) * (1 + w) in fp32, then round.
 // h may be res itself (the residual stream updated in place): each thread loads every vector it owns
 // before it stores any, and only its own, so res and h carry no __restrict__.
-template <int VPT, int TPR, int ROWS, bool HAS_RES, bool W_BF16>
+template <int VPT, int TPR, int ROWS, bool HAS_RES, bool W_BF16, int SPLITS>
 __global__ void __launch_bounds__(TPR * ROWS)
-    add_rms_norm_kernel(const bf16_t* __restrict__ x, int x_stride, const bf16_t* res, int res_stride,
+    add_rms_norm_kernel(const void* __restrict__ x, int x_stride, const bf16_t* res, int res_stride,
                         const void* __restrict__ weight, bf16_t* __restrict__ y, bf16_t* h, int h_stride, int N,
                         float eps) {
   DS_PDL_BEGIN();  // cuda/common/pdl.cuh: before any read of the previous kernels' outputs
@@ -91,14 +95,36 @@ __global__ void __launch_bounds__(TPR * ROWS)
   const int j = threadIdx.x % TPR;
   const bool valid = row < N;
   uint4 xr[VPT], rr[VPT];
+  float v[VPT][8];
 #pragma unroll
   for (int p = 0; p < VPT; ++p) {
     const int c0 = (p * TPR + j) * 8;
     xr[p] = rr[p] = make_uint4(0u, 0u, 0u, 0u);
-    if (valid) xr[p] = *reinterpret_cast<const uint4*>(x + (size_t)row * x_stride + c0);
+    if (SPLITS == 0 && valid)
+      xr[p] = *reinterpret_cast<const uint4*>(static_cast<const bf16_t*>(x) + (size_t)row * x_stride + c0);
     if (HAS_RES && valid) rr[p] = *reinterpret_cast<const uint4*>(res + (size_t)row * res_stride + c0);
+    if constexpr (SPLITS > 0) {
+      // every split's two float4 loads are issued before the first add
+      float4 a[SPLITS][2];
+      const float* xp = static_cast<const float*>(x) + (size_t)row * x_stride + c0;
+      const size_t split_stride = (size_t)N * x_stride;
+#pragma unroll
+      for (int q = 0; q < SPLITS; ++q) {
+        a[q][0] = a[q][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (valid) {
+          a[q][0] = *reinterpret_cast<const float4*>(xp + q * split_stride);
+          a[q][1] = *reinterpret_cast<const float4*>(xp + q * split_stride + 4);
+        }
+      }
+      float t[8] = {a[0][0].x, a[0][0].y, a[0][0].z, a[0][0].w, a[0][1].x, a[0][1].y, a[0][1].z, a[0][1].w};
+#pragma unroll
+      for (int q = 1; q < SPLITS; ++q) {
+        t[0] += a[q][0].x; t[1] += a[q][0].y; t[2] += a[q][0].z; t[3] += a[q][0].w;
+        t[4] += a[q][1].x; t[5] += a[q][1].y; t[6] += a[q][1].z; t[7] += a[q][1].w;
+      }
+      xr[p] = fu_pack8(t);  // the projection's bf16 output
+    }
   }
-  float v[VPT][8];
   float ss = 0.f;
 #pragma unroll
   for (int p = 0; p < VPT; ++p) {
@@ -248,11 +274,14 @@ __global__ void __launch_bounds__(128)
 
 #ifdef DELTASERVE_NVCC_CHECK
 // the shapes the wrapper picks for Qwen3.5-4B (hidden 2560, head dim 256) and the tiny test models
-template __global__ void add_rms_norm_kernel<1, 320, 1, true, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
-template __global__ void add_rms_norm_kernel<1, 320, 1, false, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
-template __global__ void add_rms_norm_kernel<1, 32, 4, true, false>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
-template __global__ void add_rms_norm_kernel<1, 8, 16, true, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
-template __global__ void add_rms_norm_kernel<2, 320, 1, true, true>(const bf16_t*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
+template __global__ void add_rms_norm_kernel<1, 320, 1, true, true, 0>(const void*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
+template __global__ void add_rms_norm_kernel<1, 320, 1, false, true, 0>(const void*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
+template __global__ void add_rms_norm_kernel<1, 32, 4, true, false, 0>(const void*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
+template __global__ void add_rms_norm_kernel<1, 8, 16, true, true, 0>(const void*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
+template __global__ void add_rms_norm_kernel<2, 320, 1, true, true, 0>(const void*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
+// the split-K partial sums of the 4B's 2,560-row projections (and of the small test models)
+template __global__ void add_rms_norm_kernel<1, 320, 1, true, true, 4>(const void*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
+template __global__ void add_rms_norm_kernel<1, 320, 1, true, true, 2>(const void*, int, const bf16_t*, int, const void*, bf16_t*, bf16_t*, int, int, float);
 template __global__ void silu_mul_kernel<8, 256>(const bf16_t*, long long, bf16_t*, long long, int, int);
 template __global__ void silu_mul_kernel<1, 256>(const bf16_t*, long long, bf16_t*, long long, int, int);
 template __global__ void qk_norm_rope_kv_kernel<256, true>(const bf16_t*, int, int, const bf16_t*, int, int, const bf16_t*, int, int, const void*, const void*, float, const long long*, const float*, int, bf16_t*, bf16_t*, const long long*, bf16_t*, int, int);

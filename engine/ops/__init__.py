@@ -74,13 +74,18 @@ logprobs(x [R, V], targets [R] int64, k, rank=True) -> (chosen [R] fp32, rank [R
     above it; None unless ``rank``) and logp.topk(k) (None when k is 0). Targets lie in [0, V). The
     sampler's logprobs and the prompt scorer's; not called by the model.
 
-Optional fused op (``None`` in a table: the model composes the ops above instead):
+Optional fused ops (``None`` in a table: the model composes the ops above instead):
 
 gdn_decode(qkv [B, C], z [B, Nv*dv], b [B, Nv], a [B, Nv], conv_weight, conv_state, A_log, dt_bias,
            norm_weight, eps, ssm_state, state_slot [B], num_k_heads) -> y [B, Nv*dv]
     A GDN layer's decode step from its projection outputs to out_proj's input, in one kernel
     (K4 in docs/kernels.md): exactly causal_conv1d_decode, gdn_gating, recurrent_gated_delta_rule and
     gated_rms_norm in that order (``engine.ops.reference.gdn_decode`` composes them).
+linear_add_rms_norm(a [M, K], w [N, K], residual [M, N], weight [N], eps, h_out=None, y_out=None,
+                    x_out=None) -> (y, h) [M, N]
+    add_rms_norm(linear(a, w, out=x_out), residual, weight, eps, h_out, y_out): a mixer's output
+    projection and the post norm. An implementation may never materialise the projection (x_out is
+    then left unwritten): arm linear.split_norm sums a split-K GEMM's fp32 partials inside the norm.
 """
 
 from __future__ import annotations
@@ -130,6 +135,7 @@ class Ops:
     argmax: Callable[..., Any]
     logprobs: Callable[..., Any]
     gdn_decode: Callable[..., Any] | None = None
+    linear_add_rms_norm: Callable[..., Any] | None = None
     backend: str = "torch"
 
 

@@ -26,6 +26,7 @@ ARGMAX_EVIDENCE = VEC4_EVIDENCE = "docs/bench-evidence/2026-12-02-s30.md"
 PREFILL_GRAPH_EVIDENCE = "docs/bench-evidence/2026-12-03-s31.md"
 MIXED_GRAPH_EVIDENCE = "docs/bench-evidence/2026-12-03-s33.md"
 LOGPROBS_EVIDENCE = "docs/bench-evidence/2026-12-04-s35.md"
+SPLIT_NORM_EVIDENCE = "docs/bench-evidence/2026-12-04-s39.md"
 
 
 # the "op" of an arm that changes how steps launch kernels (CUDA graphs) rather than an op's kernel
@@ -80,6 +81,13 @@ def _skinny_gemm(s: KernelShapes) -> str | None:
         return f"takes bfloat16 weights, not {s.dtype}"
     ok = s.hidden_size % 8 == 0
     return None if ok else f"needs a hidden size that is a multiple of 8, not {s.hidden_size}"
+
+
+def _split_norm(s: KernelShapes) -> str | None:
+    # bf16 GEMM partials into add_rms_norm_kernel (its row layouts)
+    if s.dtype != "bfloat16":
+        return f"takes bfloat16 weights, not {s.dtype}"
+    return _norm_rows(s)
 
 
 @dataclass(frozen=True)
@@ -183,6 +191,17 @@ ARM_LIST = (
         True,
         GEMM_EVIDENCE,
         _skinny_gemm,
+    ),
+    # The output projections and the MLP's down at 9-64 rows as an explicit split-K GEMM whose fp32
+    # partials the next norm sums (engine/ops/gemm/split_norm.py): no cuBLAS reduce launch
+    # (SPLIT_NORM_EVIDENCE).
+    Arm(
+        "linear.split_norm",
+        "linear_add_rms_norm",
+        "2,560-row projections at 9-64 rows: split-K GEMM partials summed inside the next norm (no reduce)",
+        False,
+        SPLIT_NORM_EVIDENCE,
+        _split_norm,
     ),
     # The sampler's greedy argmax over about two CTAs per multiprocessor instead of one per row:
     # exactly torch's token, 0.57-0.71x its time per call, below what a decode step A/B resolves.
@@ -313,7 +332,7 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
         prefill: Callable = functools.partial(chunk.chunk_gated_delta_rule, arms=arms)
     else:
         prefill = delta.chunk_gated_delta_rule
-    return fused | {
+    table = fused | {
         "causal_conv1d_prefill": functools.partial(conv.causal_conv1d_prefill, arms=arms),
         "causal_conv1d_decode": functools.partial(conv.causal_conv1d_decode, arms=arms),
         "gdn_gating": gating.gdn_gating,
@@ -321,6 +340,16 @@ def cuda_overrides(arms: frozenset[str] = DEFAULT_ARMS) -> dict[str, Callable]:
         "recurrent_gated_delta_rule": delta.recurrent_gated_delta_rule,
         "gated_rms_norm": norm.gated_rms_norm,
     }
+    if "linear.split_norm" in arms:  # composes this table's linear and add_rms_norm where it does not split
+        from engine.ops import reference
+        from engine.ops.gemm import split_norm
+
+        table["linear_add_rms_norm"] = functools.partial(
+            split_norm.linear_add_rms_norm,
+            linear=table.get("linear", reference.linear),
+            add_rms_norm=table.get("add_rms_norm", reference.add_rms_norm),
+        )
+    return table
 
 
 def usable_arms(arms: frozenset[str], shapes: KernelShapes) -> tuple[frozenset[str], list[str]]:

@@ -13,7 +13,7 @@ from engine.ops.gdn.reference import (
     recurrent_gated_delta_rule,
 )
 from engine.ops.gemm.reference import linear
-from engine.ops.norm.fused_reference import add_rms_norm, qk_norm_rope_kv, silu_mul
+from engine.ops.norm.fused_reference import add_rms_norm, linear_add_rms_norm, qk_norm_rope_kv, silu_mul
 from engine.ops.norm.reference import gated_rms_norm, rms_norm
 from engine.ops.sample.reference import argmax, logprobs
 
@@ -28,6 +28,7 @@ __all__ = [
     "gdn_decode",
     "gdn_gating",
     "linear",
+    "linear_add_rms_norm",
     "logprobs",
     "paged_attention",
     "qk_norm_rope_kv",

@@ -50,7 +50,13 @@ def test_fused_decode_dropped_for_conv_widths_it_cannot_run():
     # the tiny model (attention head dim 32, hidden 64) keeps the reference attention and norms
     tiny = KernelShapes(4, 128, 128, "bfloat16", attention_head_dim=32, hidden_size=48)
     arms, notes = usable_arms(DEFAULT_ARMS, tiny)
-    assert arms == DEFAULT_ARMS - {"attention.paged", "norm.fused", "graphs.prefill", "graphs.mixed"}
+    assert arms == DEFAULT_ARMS - {
+        "attention.paged",
+        "norm.fused",
+        "linear.split_norm",
+        "graphs.prefill",
+        "graphs.mixed",
+    }
     assert any("attention.paged" in n and "32" in n for n in notes)
     assert any("norm.fused" in n and "48" in n for n in notes)
 
@@ -79,7 +85,7 @@ def test_arm_registry_entries_are_complete():
         "sample.logprobs",
     }
     for arm in ARM_LIST:
-        assert arm.op in (*OP_NAMES, "gdn_decode", LAUNCH_MODE), arm
+        assert arm.op in (*OP_NAMES, "gdn_decode", "linear_add_rms_norm", LAUNCH_MODE), arm
         assert (root / arm.evidence).is_file(), arm
 
 

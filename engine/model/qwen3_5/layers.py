@@ -64,14 +64,21 @@ class MLP(nn.Module):
         self.down = _param(cfg.hidden_size, cfg.intermediate_size, dtype=dtype)
 
     def forward(
-        self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None, scratch: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        ops: Ops,
+        out: torch.Tensor | None = None,
+        scratch: torch.Tensor | None = None,
+        defer_down: bool = False,
     ) -> torch.Tensor:
         """SwiGLU MLP -> [T, hidden] (into ``out``). With ``scratch`` ([T, 2I], memory the caller knows
         is dead here: the piecewise graphs lend their projection buffer), the gate|up projection goes
-        there and the activation overwrites its gate half in place, so the MLP allocates nothing."""
+        there and the activation overwrites its gate half in place, so the MLP allocates nothing. With
+        ``defer_down`` it returns the activation [T, I] and the caller applies ``down`` (fused with the
+        next norm: Ops.linear_add_rms_norm)."""
         gu = ops.linear(x, self.gate_up, out=scratch)  # [T, 2I]
         act = ops.silu_mul(gu, out=None if scratch is None else gu[:, : self.inter])
-        return ops.linear(act, self.down, out=out)
+        return act if defer_down else ops.linear(act, self.down, out=out)
 
 
 class GatedDeltaNet(nn.Module):
@@ -97,6 +104,10 @@ class GatedDeltaNet(nn.Module):
     def project(self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
         """The fused input projection, qkv | z | b | a: [T, hidden] -> [T, C + Nv*dv + 2 Nv]."""
         return ops.linear(x, self.in_proj, out=out)
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        return self.out_proj
 
     def output(self, y: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
         return ops.linear(y, self.out_proj, out=out)
@@ -243,6 +254,10 @@ class GatedAttention(nn.Module):
     def project(self, x: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
         """The fused input projection, per-head [query | gate] | k | v: [T, hidden] -> [T, 2HD + 2 Hkv D]."""
         return ops.linear(x, self.qkv_proj, out=out)
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        return self.o_proj
 
     def output(self, o: torch.Tensor, ops: Ops, out: torch.Tensor | None = None) -> torch.Tensor:
         return ops.linear(o, self.o_proj, out=out)

@@ -91,10 +91,15 @@ class Qwen35Model(nn.Module):
         x = self.embed(fb.input_ids)  # [T, hidden]
         h: torch.Tensor | None = None
         meta = GDNMeta.from_batch(fb)
+        # With the fused output op, each MLP but the last leaves its down projection to the next
+        # layer's input norm (x is then that MLP's activation); the last one's output is the caller's.
+        fuse, down = self.ops.linear_add_rms_norm is not None, None
+        last = len(self.layers) - 1
         for i in range(len(self.layers)):
-            p, h = self.layer_in(i, x, h)
+            p, h = self.layer_in(i, x, h, down=down)
             c = self.layer_core(i, p, fb, meta, cache)
-            x, h = self.layer_out(i, c, h)
+            x, h = self.layer_out(i, c, h, defer_down=fuse and i < last)
+            down = self.mlp_down(i) if fuse and i < last else None
         return x, h
 
     # The decoder split at its varlen ops, for the piecewise graphs (engine/worker/piecewise.py):
@@ -116,14 +121,26 @@ class Qwen35Model(nn.Module):
         out: torch.Tensor | None = None,
         h_out: torch.Tensor | None = None,
         norm_out: torch.Tensor | None = None,
+        down: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer i's residual add, input norm and mixer input projection -> (projection, residual);
         ``out`` and ``h_out`` (which may be ``h``: the residual stream in place) receive them,
-        ``norm_out`` the normalised rows the projection reads."""
+        ``norm_out`` the normalised rows the projection reads. With ``down`` (the previous MLP's down
+        weight), x is that MLP's activation and its projection is fused into the add and norm."""
         layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
         eps = self.cfg.rms_norm_eps
-        y, h = self.ops.add_rms_norm(x, h, layer.input_norm, eps, h_out=h_out, y_out=norm_out)
+        if down is None:
+            y, h = self.ops.add_rms_norm(x, h, layer.input_norm, eps, h_out=h_out, y_out=norm_out)
+        else:
+            fused = self.ops.linear_add_rms_norm
+            assert fused is not None
+            y, h = fused(x, down, h, layer.input_norm, eps, h_out=h_out, y_out=norm_out)
         return layer.mixer.project(y, self.ops, out=out), h
+
+    def mlp_down(self, i: int) -> torch.Tensor:
+        """Layer i's MLP down weight (what :meth:`layer_in` takes as ``down`` after layer i)."""
+        layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
+        return layer.mlp.down
 
     def layer_core(
         self,
@@ -154,15 +171,22 @@ class Qwen35Model(nn.Module):
         h_out: torch.Tensor | None = None,
         mlp_scratch: torch.Tensor | None = None,
         mixer_out: torch.Tensor | None = None,
+        defer_down: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer i's mixer output projection, residual add, post norm and MLP -> (MLP output, residual);
         ``out`` and ``h_out`` (which may be ``h``) receive them, ``mlp_scratch`` ([T, 2I]) the MLP's
         gate|up projection and activation, ``mixer_out`` the output projection (read by the add
-        alone, so it may be ``out``)."""
+        alone, so it may be ``out``). With ``defer_down`` the MLP's activation comes back instead of
+        its output (for :meth:`layer_in`'s ``down``)."""
         layer: DecoderLayer = self.layers[i]  # type: ignore[assignment]
-        x = layer.mixer.output(c, self.ops, out=mixer_out)
-        y, h = self.ops.add_rms_norm(x, h, layer.post_norm, self.cfg.rms_norm_eps, h_out=h_out)
-        return layer.mlp(y, self.ops, out=out, scratch=mlp_scratch), h
+        eps, fused = self.cfg.rms_norm_eps, self.ops.linear_add_rms_norm
+        if fused is None:
+            x = layer.mixer.output(c, self.ops, out=mixer_out)
+            y, h = self.ops.add_rms_norm(x, h, layer.post_norm, eps, h_out=h_out)
+        else:  # the projection may never be materialised (mixer_out then stays unwritten)
+            w = layer.mixer.output_weight
+            y, h = fused(c, w, h, layer.post_norm, eps, h_out=h_out, x_out=mixer_out)
+        return layer.mlp(y, self.ops, out=out, scratch=mlp_scratch, defer_down=defer_down), h
 
     def logits(
         self, x: torch.Tensor, h: torch.Tensor | None, rows: torch.Tensor, out: torch.Tensor | None = None

@@ -63,35 +63,73 @@ def add_rms_norm(
     (h is x itself when residual is None, as in the reference). ``h_out`` [N, D] (row strides allowed,
     may be ``residual`` itself: an in-place residual stream) receives h instead of a new tensor, and
     ``y_out`` (contiguous, apart from x, residual and h) receives y."""
+    check_cuda("add_rms_norm x", x, torch.bfloat16, dim=2)
+    if not _rows_ok(x):
+        raise ValueError("add_rms_norm: x rows must be contiguous and 16-byte aligned")
+    return _add_rms_norm(x, 0, residual, weight, eps, h_out, y_out)
+
+
+def add_rms_norm_partials(
+    parts: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    h_out: torch.Tensor | None = None,
+    y_out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``add_rms_norm(x, residual, ...)`` with x = bf16(parts.sum(0)): ``parts`` [S, N, D] fp32 contiguous
+    (S = 2 or 4), the partial products of a split-K GEMM, summed in split order and rounded once
+    (engine/ops/gemm/split_norm.py)."""
+    check_cuda("add_rms_norm parts", parts, torch.float32, dim=3)
+    if parts.shape[0] not in PARTIAL_SPLITS or not parts.is_contiguous() or parts.data_ptr() % 16:
+        raise ValueError(
+            f"add_rms_norm: parts must be a contiguous, 16-byte aligned [S, N, D] fp32 tensor with S in "
+            f"{PARTIAL_SPLITS}, got {tuple(parts.shape)}"
+        )
+    if residual is None:
+        raise ValueError("add_rms_norm: partial sums need a residual")
+    return _add_rms_norm(parts, parts.shape[0], residual, weight, eps, h_out, y_out)
+
+
+PARTIAL_SPLITS = (2, 4)  # the split counts add_rms_norm_kernel is built for from the wrapper's side
+
+
+def _add_rms_norm(
+    x: torch.Tensor,
+    splits: int,
+    residual: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    h_out: torch.Tensor | None,
+    y_out: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The launch of add_rms_norm_kernel: x [N, D] bf16 (splits 0) or [splits, N, D] fp32 partials."""
     op = "add_rms_norm"
-    check_cuda(f"{op} x", x, torch.bfloat16, dim=2)
-    n, d = x.shape
+    n, d = x.shape[-2:]
     if residual is not None:
         check_cuda(f"{op} residual", residual, torch.bfloat16, dim=2)
-        if residual.shape != x.shape:
-            raise ValueError(f"{op}: residual {tuple(residual.shape)} != x {tuple(x.shape)}")
+        if residual.shape != (n, d):
+            raise ValueError(f"{op}: residual {tuple(residual.shape)} != x rows {(n, d)}")
         if not _rows_ok(residual):
             raise ValueError(f"{op}: residual rows must be contiguous and 16-byte aligned")
-    if not _rows_ok(x):
-        raise ValueError(f"{op}: x rows must be contiguous and 16-byte aligned")
     wb = _weight(op, weight, d)
     vpt, tpr, rows = norm_shape(d)
     if h_out is not None:
         if residual is None:
             raise ValueError(f"{op}: h_out needs a residual (without one, h is x itself)")
         check_cuda(f"{op} h_out", h_out, torch.bfloat16, dim=2)
-        if h_out.shape != x.shape or not _rows_ok(h_out):
-            raise ValueError(f"{op}: h_out must be {tuple(x.shape)} with contiguous, 16-byte aligned rows")
-    y = output(op, y_out, (n, d), x.dtype, x.device)
+        if h_out.shape != (n, d) or not _rows_ok(h_out):
+            raise ValueError(f"{op}: h_out must be {(n, d)} with contiguous, 16-byte aligned rows")
+    y = output(op, y_out, (n, d), torch.bfloat16, x.device)
     h = x if residual is None else h_out if h_out is not None else torch.empty_like(y)
     if n == 0:
         return y, h
     if y_out is not None:
-        for name, t in (("x", x), ("residual", residual), ("h_out", h_out)):
+        for name, t in (("x", x if splits == 0 else x.view(-1, d)), ("residual", residual), ("h_out", h_out)):
             if t is not None and _overlaps(y, t):
                 raise ValueError(f"{op}: y_out overlaps {name}")
     has_res = "false" if residual is None else "true"
-    fn = kernel(SRC, f"add_rms_norm_kernel<{vpt}, {tpr}, {rows}, {has_res}, {wb}>")
+    fn = kernel(SRC, f"add_rms_norm_kernel<{vpt}, {tpr}, {rows}, {has_res}, {wb}, {splits}>")
     res = x if residual is None else residual  # never read without the residual: any valid pointer
     launch(
         fn,
@@ -99,7 +137,7 @@ def add_rms_norm(
         (tpr * rows,),
         (
             ptr(x),
-            i32(x.stride(0)),
+            i32(x.stride(-2)),
             ptr(res),
             i32(res.stride(0)),
             ptr(weight),

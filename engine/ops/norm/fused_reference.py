@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.ops.attention.reference import apply_rope, write_kv
+from engine.ops.gemm.reference import linear
 from engine.ops.norm.reference import rms_norm
 
 
@@ -31,6 +32,22 @@ def add_rms_norm(
         h = torch.add(residual, x, out=h_out) if h_out is not None else residual + x  # [N, D]
     y = rms_norm(h, weight, eps)
     return (y, h) if y_out is None else (y_out.copy_(y), h)
+
+
+def linear_add_rms_norm(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    residual: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    h_out: torch.Tensor | None = None,
+    y_out: torch.Tensor | None = None,
+    x_out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``add_rms_norm(linear(a, w, out=x_out), residual, ...)``: what the model runs without the fused op
+    (a mixer's output projection, then the post norm)."""
+    x = linear(a, w, out=x_out)
+    return add_rms_norm(x, residual, weight, eps, h_out=h_out, y_out=y_out)
 
 
 def silu_mul(gu: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
