@@ -193,13 +193,14 @@ ARM_LIST = (
         _skinny_gemm,
     ),
     # The output projections and the MLP's down at 9-64 rows as an explicit split-K GEMM whose fp32
-    # partials the next norm sums (engine/ops/gemm/split_norm.py): no cuBLAS reduce launch
-    # (SPLIT_NORM_EVIDENCE).
+    # partials the next norm sums (engine/ops/gemm/split_norm.py): no cuBLAS reduce launch. Decode b32
+    # 4.71 -> 4.59 ms device (A B B A); W7 (32 x 128 / 512, decode-bound; 3 pairs + A/A) TPOT mean
+    # 0.986x, outside the band; W1 and W3 within noise (TPOT 0.990x / 0.994x) (SPLIT_NORM_EVIDENCE).
     Arm(
         "linear.split_norm",
         "linear_add_rms_norm",
         "2,560-row projections at 9-64 rows: split-K GEMM partials summed inside the next norm (no reduce)",
-        False,
+        True,
         SPLIT_NORM_EVIDENCE,
         _split_norm,
     ),

@@ -210,6 +210,9 @@ class PiecewiseGraphs:
         # turn, the output projection (read by the first add alone), the next layer's normalised
         # input (or, in the last piece, the MLP's output): the graph pool keeps only the post norm's
         # output and the MLP's, 20 MiB of the 4B at 2,048 tokens.
+        # With the fused output op the MLP's down projection moves into the next piece's input norm,
+        # as in the model's own forward (Qwen35Model._decoder): mlp is then its activation.
+        defer = m.ops.linear_add_rms_norm is not None and not last
         mlp, _ = m.layer_out(
             k - 1,
             self.core(k - 1, tb),
@@ -218,9 +221,11 @@ class PiecewiseGraphs:
             h_out=h,
             mlp_scratch=self.mlp_scratch(tb),
             mixer_out=x,
+            defer_down=defer,
         )
         if not last:
-            m.layer_in(k, mlp, h, out=self.proj(k, tb), h_out=h, norm_out=x)
+            down = m.mlp_down(k - 1) if defer else None
+            m.layer_in(k, mlp, h, out=self.proj(k, tb), h_out=h, norm_out=x, down=down)
 
     @torch.inference_mode()
     def run(self, fb: ForwardBatch, cache: ModelCache) -> torch.Tensor:

@@ -78,6 +78,7 @@ def test_arm_registry_entries_are_complete():
         "attention.qk_fused",
         "attention.paged",
         "linear.skinny",
+        "linear.split_norm",
         "graphs.pdl",
         "graphs.piecewise",
         "graphs.prefill",

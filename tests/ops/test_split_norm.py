@@ -68,15 +68,15 @@ def test_model_routes_the_output_and_down_projections_through_the_fused_op():
     assert any(lyr.is_linear for lyr in layers) and not all(lyr.is_linear for lyr in layers)
 
 
-def test_arm_is_off_by_default_and_binds_the_tables_ops():
+def test_arm_is_a_default_and_binds_the_tables_ops():
     from engine.ops.arms import ARMS, DEFAULT_ARMS, KernelShapes, cuda_overrides, usable_arms
     from engine.ops.gemm import cuda as gemm
     from engine.ops.gemm import split_norm
     from engine.ops.norm import fused_cuda
 
-    assert "linear.split_norm" not in DEFAULT_ARMS and ARMS["linear.split_norm"].op == "linear_add_rms_norm"
-    assert "linear_add_rms_norm" not in cuda_overrides(DEFAULT_ARMS)
-    bound = cuda_overrides(DEFAULT_ARMS | {"linear.split_norm"})["linear_add_rms_norm"]
+    assert "linear.split_norm" in DEFAULT_ARMS and ARMS["linear.split_norm"].op == "linear_add_rms_norm"
+    assert "linear_add_rms_norm" not in cuda_overrides(DEFAULT_ARMS - {"linear.split_norm"})
+    bound = cuda_overrides(DEFAULT_ARMS)["linear_add_rms_norm"]
     assert bound.func is split_norm.linear_add_rms_norm
     assert bound.keywords == {"linear": gemm.linear, "add_rms_norm": fused_cuda.add_rms_norm}
     bare = cuda_overrides(frozenset({"linear.split_norm"}))["linear_add_rms_norm"]
