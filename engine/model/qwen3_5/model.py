@@ -98,8 +98,9 @@ class Qwen35Model(nn.Module):
         for i in range(len(self.layers)):
             p, h = self.layer_in(i, x, h, down=down)
             c = self.layer_core(i, p, fb, meta, cache)
-            x, h = self.layer_out(i, c, h, defer_down=fuse and i < last)
-            down = self.mlp_down(i) if fuse and i < last else None
+            defer = fuse and i < last
+            x, h = self.layer_out(i, c, h, defer_down=defer)
+            down = self.mlp_down(i) if defer else None
         return x, h
 
     # The decoder split at its varlen ops, for the piecewise graphs (engine/worker/piecewise.py):

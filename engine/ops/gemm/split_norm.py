@@ -24,7 +24,8 @@ import torch
 from engine.ops.norm import fused_cuda
 
 MIN_ROWS, MAX_ROWS = 9, 64  # measured: 16, 32, 64 rows; below 9 the skinny GEMM (no split-K) runs
-SPLITS = (4, 2)  # the first that divides K into whole 64-element blocks; add_rms_norm is built for both
+# the most slices the norm takes that divide K into whole 64-element blocks
+SPLITS = tuple(sorted(fused_cuda.PARTIAL_SPLITS, reverse=True))
 _HAS_BMM_DTYPE = hasattr(torch.ops.aten.bmm, "dtype")  # torch >= 2.8
 
 
