@@ -88,10 +88,17 @@ def test_dockerfile_hadolint() -> None:
 
 def test_dockerfile_requirements() -> None:
     text = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
-    assert re.search(r"^FROM nvidia/cuda:12\.\d+\.\d+-runtime-ubuntu24\.04", text, re.M)
+    # the default build is the measured stack: a CUDA 13 runtime, cupy-cuda13x (the cuda13 extra)
+    assert re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:13\.\d+\.\d+-runtime-ubuntu24\.04$", text, re.M)
+    assert re.search(r"^FROM \$\{CUDA_IMAGE\}$", text, re.M)
+    assert re.search(r"^ARG CUPY_EXTRA=cuda13$", text, re.M)
+    extras = re.findall(r'"\.\[([^\]]+)\]"', text)
+    assert extras and set(extras) == {"${CUPY_EXTRA}"}, extras  # every install takes the chosen extra
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    for extra, pkg in (("cuda13", "cupy-cuda13x"), ("cuda12", "cupy-cuda12x")):  # both variants resolve
+        assert re.search(rf'^{extra} = \["{pkg}', pyproject, re.M), extra
     assert re.search(r"^USER (?!root|0\b)\S+", text, re.M)  # non-root
     assert "HEALTHCHECK" in text and "/health" in text
-    assert '".[cuda12]"' in text
     assert re.search(r'^CMD \["deltaserve", "serve", "--model", "/models/', text, re.M)
 
 
@@ -148,5 +155,6 @@ def test_wheelhouse_builds_deltaserve_in_an_isolated_build_env() -> None:
 def test_docs_name_the_cuda_of_the_pinned_wheels_and_compose_v2() -> None:
     doc = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
     assert "torch==2.13.0" in (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
-    assert "CUDA 13" in doc and "cupy-cuda12x" in doc and "Compose v2" in doc
+    assert "CUDA 13" in doc and "cupy-cuda13x" in doc and "Compose v2" in doc
+    assert "CUPY_EXTRA=cuda12" in doc and "cupy-cuda12x" in doc  # the CUDA 12 variant is documented
     assert "torch and CuPy for CUDA 12" not in doc
